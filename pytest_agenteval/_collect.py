@@ -1,0 +1,182 @@
+"""Collection: families become directories, articles collectors, scenarios items.
+
+Modelled on pytest's own non-Python example (``doc/en/example/nonpython``):
+collectors validate and yield items; invalid input is a collection error
+with ``file:line``, never a traceback. Items do their subject and judge work
+in ``setup`` so that infrastructure trouble is an ERROR, and a low score a
+FAILURE in ``runtest``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ._family import Article, Family, Plan
+from ._judges import criteria_from
+from ._spec import Scenario
+from ._yaml import SpecError
+
+if TYPE_CHECKING:
+    from ._session import AgentevalState
+
+STATE = pytest.StashKey["AgentevalState"]()
+
+
+class AgentevalError(Exception):
+    """An ERROR outcome: the subject or judge failed; shown without a traceback."""
+
+
+class ScenarioFailed(AssertionError):
+    """A FAIL outcome: the agent answered, and the answer scored below warn."""
+
+
+def _state(node: pytest.Item | pytest.Collector) -> AgentevalState:
+    return node.config.stash[STATE]
+
+
+class FamilyDir(pytest.Directory):
+    """A family folder (one with ``benchmark.yaml``)."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        state = _state(self)
+        try:
+            family = state.family(self.path)
+            plan = state.plan(family)
+        except (SpecError, ValueError) as exc:
+            raise self.CollectError(str(exc)) from None
+        state.register_markers(family)
+        wanted = set(plan.controls)
+        for path, error in family.article_errors.items():
+            yield ArticleCollector.from_parent(
+                self, name=path.relative_to(self.path).as_posix(), path=path,
+                nodeid=f"{self.nodeid}/{path.relative_to(self.path).as_posix()}",
+                family=family, plan=plan, article=None, error=error,
+            )
+        for article in family.articles:
+            named = self.session.isinitpath(article.path)
+            if article.control_id not in wanted and not named:
+                continue
+            rel = article.path.relative_to(self.path).as_posix()
+            yield ArticleCollector.from_parent(
+                self, name=rel, path=article.path, nodeid=f"{self.nodeid}/{rel}",
+                family=family, plan=plan, article=article, error=None,
+            )
+
+
+class ArticleCollector(pytest.Collector):
+    """One article file: yields one item per scenario.
+
+    Deliberately not a ``pytest.File``: pytest's ``--lf`` file-skipping keys
+    on rootdir-relative paths, which a bundled family outside the rootdir
+    does not have; item-level ``--lf`` deselection still applies.
+    """
+
+    def __init__(
+        self,
+        *,
+        family: Family,
+        plan: Plan,
+        article: Article | None,
+        error: SpecError | None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.family = family
+        self.plan = plan
+        self.article = article
+        self.error = error
+
+    def collect(self) -> Iterator[ScenarioItem]:
+        if self.error is not None:
+            raise self.CollectError(str(self.error))
+        assert self.article is not None
+        for scenario in self.article.scenarios:
+            item = ScenarioItem.from_parent(
+                self, name=scenario.id, family=self.family, plan=self.plan,
+                article=self.article, scenario=scenario,
+            )
+            yield item
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, (SpecError, self.CollectError)):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, 0, self.name
+
+
+class SingleArticleFile(ArticleCollector):
+    """An article file named on the command line outside any family folder."""
+
+    def collect(self) -> Iterator[ScenarioItem]:
+        state = _state(self)
+        try:
+            self.family = state.single_family(self.path)
+            self.plan = state.plan(self.family)
+        except (SpecError, ValueError) as exc:
+            raise self.CollectError(str(exc)) from None
+        state.register_markers(self.family)
+        self.article = self.family.articles[0]
+        yield from super().collect()
+
+
+class ScenarioItem(pytest.Item):
+    """One scenario of one family, graded in setup, judged in runtest."""
+
+    def __init__(
+        self, *, family: Family, plan: Plan, article: Article, scenario: Scenario, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.family = family
+        self.plan = plan
+        self.article = article
+        self.scenario = scenario
+        self.criteria = criteria_from(scenario.evaluation_criteria)
+        self.run: Any = None
+        self.payload: dict[str, Any] | None = None
+        for marker in ("agenteval", family.name, article.meta.pillar,
+                       scenario.severity or article.meta.severity):
+            self.add_marker(marker)
+        self._init_fixtures()
+
+    # Custom items have no public fixture API; this mirrors what YAML plugins
+    # such as tavern do so that autouse fixtures and `agenteval_subject` work.
+    def _init_fixtures(self) -> None:
+        from _pytest.fixtures import TopRequest
+
+        self.funcargs: dict[str, Any] = {}
+        fm = self.session._fixturemanager
+        self._fixtureinfo = fm.getfixtureinfo(node=self, func=None, cls=None)
+        self.fixturenames = self._fixtureinfo.names_closure
+        self._request = TopRequest(self, _ispytest=True)  # type: ignore[arg-type]
+
+    @property
+    def severity(self) -> str:
+        return self.scenario.severity or self.article.meta.severity
+
+    def setup(self) -> None:
+        self._request._fillfixtures()
+        _state(self).grade(self)
+
+    def runtest(self) -> None:
+        result = self.run.result
+        if result.verdict == "fail":
+            raise ScenarioFailed(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, ScenarioFailed):
+            from ._terminal import failure_text
+
+            return failure_text(self)
+        if isinstance(excinfo.value, AgentevalError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        line = self.article.lines.get(self.scenario.id, 1)
+        return self.article.path, line - 1, f"{self.family.name}::{self.scenario.id}"

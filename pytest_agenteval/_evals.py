@@ -1,0 +1,531 @@
+"""Eval primitives: one protocol, three shapes, five aggregation strategies.
+
+Everything here is pure: no pytest, no I/O. A benchmark is a
+:class:`CompositeEval` (the family) of composites (pillars) of composites
+(articles) of atomic evals (scenarios). The same :meth:`CompositeEval.combine`
+that :meth:`CompositeEval.evaluate` uses is what the pytest controller calls
+on results that arrived in test reports, so a serial run and an xdist run
+aggregate through one code path.
+
+Verdicts come from scores by bands — pass ≥ ``pass``, warn ≥ ``warn``, else
+fail — at every level. A result whose grade could not be obtained has verdict
+``error`` and no score; it is never counted as a pass or a fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ._checks import Answer, Check
+
+__all__ = [
+    "AGGREGATIONS",
+    "MAX_NESTING_DEPTH",
+    "AtomicCodeEval",
+    "AtomicJudgeEval",
+    "Component",
+    "CompositeEval",
+    "CriterionResult",
+    "Eval",
+    "EvalInput",
+    "EvalResult",
+    "NestingError",
+    "aggregate",
+    "band_verdict",
+    "score_severity",
+]
+
+MAX_NESTING_DEPTH = 32
+
+Verdict = Literal["pass", "warn", "fail", "error", "skipped"]
+GRADED: frozenset[str] = frozenset({"pass", "warn", "fail"})
+SEVERITIES = ("low", "medium", "high", "critical")
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+_VERDICT_RANK = {"pass": 0, "warn": 1, "fail": 2}
+
+#: Cap-by-worst ceilings: a failed component of this severity caps the parent.
+CAPS: Mapping[str, float] = {"critical": 0.40, "high": 0.69}
+
+
+class NestingError(ValueError):
+    """A composite nested deeper than :data:`MAX_NESTING_DEPTH`."""
+
+
+@dataclass(frozen=True)
+class Bands:
+    """Score bands: pass ≥ ``pass_``, warn ≥ ``warn``, else fail."""
+
+    pass_: float = 0.70
+    warn: float = 0.40
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.warn <= self.pass_ <= 1.0):
+            raise ValueError(f"bands need 0 <= warn <= pass <= 1, got {self}")
+
+
+def band_verdict(score: float, bands: Bands) -> Verdict:
+    """The verdict a score earns under *bands* (the warn band is real)."""
+    if score >= bands.pass_:
+        return "pass"
+    if score >= bands.warn:
+        return "warn"
+    return "fail"
+
+
+def score_severity(score: float) -> str:
+    """Severity implied by how badly a failed item scored.
+
+    < 0.20 critical, < 0.40 high, < 0.60 medium, otherwise low.
+    """
+    if score < 0.20:
+        return "critical"
+    if score < 0.40:
+        return "high"
+    if score < 0.60:
+        return "medium"
+    return "low"
+
+
+def worst_severity(*severities: str | None) -> str | None:
+    present = [s for s in severities if s]
+    return max(present, key=_RANK.__getitem__) if present else None
+
+
+@dataclass(frozen=True)
+class CriterionResult:
+    criterion: str
+    met: bool | None  # None: this judge did not assess it
+    reasoning: str = ""
+    check: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "criterion": self.criterion,
+            "met": self.met,
+            "reasoning": self.reasoning,
+            "check": self.check,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CriterionResult:
+        return cls(data["criterion"], data["met"], data.get("reasoning", ""), data.get("check"))
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The outcome of one eval. Plain data; :meth:`to_dict` is JSON-safe.
+
+    ``score`` is in [0, 1] or ``None`` when no grade was obtained (``error``)
+    or nothing was gradable (``skipped``). ``severity`` is set on failures.
+    """
+
+    key: str
+    name: str
+    score: float | None
+    verdict: Verdict
+    kind: str = "eval"
+    weight: float = 1.0
+    required: bool = False
+    severity: str | None = None
+    aggregation: str | None = None
+    reasoning: str = ""
+    error: str | None = None
+    criteria: tuple[CriterionResult, ...] = ()
+    children: tuple[EvalResult, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def graded(self) -> bool:
+        return self.verdict in GRADED
+
+    def counts(self) -> dict[str, int]:
+        """Leaf outcomes beneath (or of) this result."""
+        if not self.children:
+            return {v: int(self.verdict == v) for v in ("pass", "warn", "fail", "error", "skipped")}
+        total = dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
+        for child in self.children:
+            for k, v in child.counts().items():
+                total[k] += v
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "kind": self.kind,
+            "score": self.score,
+            "verdict": self.verdict,
+            "weight": self.weight,
+            "required": self.required,
+            "severity": self.severity,
+            "aggregation": self.aggregation,
+            "reasoning": self.reasoning,
+            "error": self.error,
+            "criteria": [c.to_dict() for c in self.criteria],
+            "children": [c.to_dict() for c in self.children],
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvalResult:
+        return cls(
+            key=data["key"],
+            name=data["name"],
+            kind=data.get("kind", "eval"),
+            score=data["score"],
+            verdict=data["verdict"],
+            weight=data.get("weight", 1.0),
+            required=data.get("required", False),
+            severity=data.get("severity"),
+            aggregation=data.get("aggregation"),
+            reasoning=data.get("reasoning", ""),
+            error=data.get("error"),
+            criteria=tuple(CriterionResult.from_dict(c) for c in data.get("criteria", ())),
+            children=tuple(cls.from_dict(c) for c in data.get("children", ())),
+            meta=data.get("meta", {}),
+        )
+
+
+@dataclass(frozen=True)
+class EvalInput:
+    """What an eval grades: the prompt, the subject's answer, and context."""
+
+    prompt: str
+    answer: Answer
+    expected_behavior: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Eval(Protocol):
+    """Anything that grades an :class:`EvalInput` into an :class:`EvalResult`."""
+
+    key: str
+    name: str
+    category: str
+    version: str
+
+    async def evaluate(self, input: EvalInput) -> EvalResult: ...
+
+
+# --------------------------------------------------------------------------- aggregation
+
+AggregateFn = Callable[[Sequence[EvalResult]], "tuple[float, Verdict | None]"]
+
+
+def _weights(results: Sequence[EvalResult]) -> list[float]:
+    total = math.fsum(r.weight for r in results)
+    if total <= 0:
+        raise ValueError("component weights sum to zero")
+    return [r.weight / total for r in results]
+
+
+def weighted_sum(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
+    """score = Σ wᵢ·sᵢ / Σ wᵢ over the graded components (weights renormalised)."""
+    ws = _weights(results)
+    return math.fsum(w * _s(r) for w, r in zip(ws, results, strict=True)), None
+
+
+def weighted_median(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
+    """score = the weighted median of sᵢ.
+
+    Sort by score, accumulate normalised weights; the first score at which the
+    cumulative weight reaches ½ is the median. When it lands on ½ exactly, the
+    mean of that score and the next (so equal weights give the plain median).
+    One outlying judge cannot drag the result the way it drags a mean.
+    """
+    pairs = sorted(zip((_s(r) for r in results), _weights(results), strict=True))
+    cumulative = 0.0
+    for i, (score, weight) in enumerate(pairs):
+        cumulative += weight
+        if math.isclose(cumulative, 0.5, abs_tol=1e-12) and i + 1 < len(pairs):
+            return (score + pairs[i + 1][0]) / 2, None
+        if cumulative > 0.5:
+            return score, None
+    return pairs[-1][0], None
+
+
+def minimum(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
+    """score = min sᵢ: any weak component caps the parent (weights ignored)."""
+    return min(_s(r) for r in results), None
+
+
+def cap_by_worst(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
+    """score = Σ wᵢ·sᵢ, capped at 0.40 if a critical component failed, else at 0.69 if a high one did.
+
+    A critical failure cannot be averaged away by strong components elsewhere.
+    """
+    score, _ = weighted_sum(results)
+    failed = [r.severity for r in results if r.verdict == "fail"]
+    worst = worst_severity(*failed)
+    if worst in CAPS:
+        score = min(score, CAPS[worst])
+    return score, None
+
+
+def majority_vote(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
+    """score = Σ wᵢ·[vᵢ = pass]; verdict = the verdict holding the most weight.
+
+    Ties go to the worse verdict. Used for repeated stochastic runs, where the
+    question is "how often does it pass", not "how well on average".
+    """
+    ws = _weights(results)
+    share = dict.fromkeys(("pass", "warn", "fail"), 0.0)
+    for w, r in zip(ws, results, strict=True):
+        share[r.verdict] += w
+    best = max(share.values())
+    verdict = max(
+        (v for v, s in share.items() if math.isclose(s, best, abs_tol=1e-12)),
+        key=_VERDICT_RANK.__getitem__,
+    )
+    return share["pass"], verdict  # type: ignore[return-value]
+
+
+def _s(result: EvalResult) -> float:
+    assert result.score is not None, f"{result.key} has no score"
+    return result.score
+
+
+AGGREGATIONS: dict[str, AggregateFn] = {
+    "weighted_sum": weighted_sum,
+    "weighted_median": weighted_median,
+    "min": minimum,
+    "cap_by_worst": cap_by_worst,
+    "majority_vote": majority_vote,
+}
+
+
+def aggregate(name: str, results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
+    """Apply the named strategy to graded results."""
+    try:
+        fn = AGGREGATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown aggregation {name!r} (known: {', '.join(AGGREGATIONS)})")
+    return fn(results)
+
+
+# --------------------------------------------------------------------------- evals
+
+
+@dataclass(frozen=True)
+class Component:
+    """An eval inside a composite, with its weight and whether it must pass."""
+
+    eval: Eval
+    weight: float = 1.0
+    required: bool = False
+
+
+class CompositeEval:
+    """Weighted components combined by an aggregation strategy.
+
+    ``threshold``, when given, replaces the pass band (score ≥ threshold
+    passes). A ``required`` component that fails fails the composite whatever
+    the aggregate. Components whose result is an error or skipped do not
+    count; the remaining weights are renormalised, and the composite records
+    how many leaves errored so the gate can refuse a partial grade.
+    """
+
+    category = "composite"
+
+    def __init__(
+        self,
+        key: str,
+        name: str,
+        components: Sequence[Component],
+        *,
+        aggregation: str = "weighted_sum",
+        threshold: float | None = None,
+        bands: Bands | None = None,
+        severity: str | None = None,
+        kind: str = "composite",
+        version: str = "1",
+        category: str = "composite",
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"{key}: unknown aggregation {aggregation!r} (known: {', '.join(AGGREGATIONS)})"
+            )
+        self.key, self.name, self.version, self.category = key, name, version, category
+        self.components = tuple(components)
+        self.aggregation = aggregation
+        bands = bands or Bands()
+        self.bands = Bands(threshold, min(bands.warn, threshold)) if threshold is not None else bands
+        self.severity = severity
+        self.kind = kind
+        self.meta = dict(meta or {})
+        self.depth = 1 + max(
+            (getattr(c.eval, "depth", 0) for c in self.components), default=0
+        )
+        if self.depth > MAX_NESTING_DEPTH:
+            raise NestingError(
+                f"composite {key!r} nests {self.depth} levels deep; the limit is "
+                f"{MAX_NESTING_DEPTH} (is a composite containing itself?)"
+            )
+
+    async def evaluate(self, input: EvalInput) -> EvalResult:
+        results = await asyncio.gather(*(c.eval.evaluate(input) for c in self.components))
+        return self.combine(list(results))
+
+    def combine(self, results: Sequence[EvalResult]) -> EvalResult:
+        """Aggregate child results (one per component, in order) into this node's result."""
+        if len(results) != len(self.components):
+            raise ValueError(
+                f"{self.key}: {len(results)} results for {len(self.components)} components"
+            )
+        children = tuple(
+            replace(r, weight=c.weight, required=c.required)
+            for c, r in zip(self.components, results, strict=True)
+        )
+        return combine_results(
+            self.key,
+            self.name,
+            children,
+            aggregation=self.aggregation,
+            bands=self.bands,
+            severity=self.severity,
+            kind=self.kind,
+            meta=self.meta,
+        )
+
+
+def combine_results(
+    key: str,
+    name: str,
+    children: Sequence[EvalResult],
+    *,
+    aggregation: str,
+    bands: Bands,
+    severity: str | None = None,
+    kind: str = "composite",
+    meta: Mapping[str, Any] | None = None,
+) -> EvalResult:
+    """The composite rule, on children that already carry their weights."""
+    graded = [c for c in children if c.graded]
+    common = dict(
+        key=key, name=name, kind=kind, aggregation=aggregation,
+        children=tuple(children), meta=dict(meta or {}),
+    )
+    if not graded:
+        errored = any(c.verdict == "error" for c in children)
+        verdict: Verdict = "error" if errored else "skipped"
+        why = "no component could be graded" if errored else "nothing to grade"
+        return EvalResult(score=None, verdict=verdict, reasoning=why, **common)  # type: ignore[arg-type]
+    score, override = aggregate(aggregation, graded)
+    verdict = override or band_verdict(score, bands)
+    reasons = []
+    failed_required = [c.key for c in graded if c.required and c.verdict == "fail"]
+    if failed_required and verdict != "fail":
+        verdict = "fail"
+        reasons.append("required component failed: " + ", ".join(failed_required))
+    node_severity = None
+    if verdict == "fail":
+        node_severity = worst_severity(
+            severity,
+            score_severity(score),
+            *(c.severity for c in graded if c.verdict == "fail"),
+        )
+    return EvalResult(
+        score=score, verdict=verdict, severity=node_severity,
+        reasoning="; ".join(reasons), **common,  # type: ignore[arg-type]
+    )
+
+
+JudgeFn = Callable[..., Awaitable[Any]]
+
+
+class AtomicJudgeEval:
+    """One judge-graded eval: a judge scores an answer against criteria.
+
+    *judge* is any object with ``async grade(request) -> Grade`` (see
+    :mod:`pytest_agenteval._judges`); the verdict comes from the score and the
+    bands, never from the judge.
+    """
+
+    category = "judge"
+
+    def __init__(
+        self,
+        judge: Any,
+        key: str,
+        name: str,
+        criteria: Sequence[str | tuple[str, Check | None]],
+        *,
+        bands: Bands | None = None,
+        severity: str | None = None,
+        version: str = "1",
+        category: str = "judge",
+        rubric_context: Mapping[str, Any] | None = None,
+    ) -> None:
+        from ._judges import criteria_from
+
+        self.judge = judge
+        self.key, self.name, self.version, self.category = key, name, version, category
+        self.criteria = criteria_from(criteria)
+        self.bands = bands or Bands()
+        self.severity = severity
+        self.rubric_context = dict(rubric_context or {})
+
+    async def evaluate(self, input: EvalInput) -> EvalResult:
+        from ._judges import GradeRequest, grade_to_result
+
+        request = GradeRequest(
+            scenario_id=self.key,
+            prompt=input.prompt,
+            answer=input.answer,
+            expected_behavior=input.expected_behavior,
+            criteria=self.criteria,
+            context={**self.rubric_context, **dict(input.meta)},
+        )
+        return await grade_to_result(
+            self.judge, request, key=self.key, name=self.name,
+            bands=self.bands, severity=self.severity,
+        )
+
+
+class AtomicCodeEval:
+    """A deterministic eval: *fn(input)* returns a score in [0, 1] or a bool.
+
+    No LLM, no network; used for format rules, tool-call accuracy, budgets.
+    """
+
+    category = "code"
+
+    def __init__(
+        self,
+        key: str,
+        name: str,
+        fn: Callable[[EvalInput], float | bool],
+        *,
+        bands: Bands | None = None,
+        severity: str | None = None,
+        version: str = "1",
+        category: str = "code",
+    ) -> None:
+        self.key, self.name, self.version, self.category = key, name, version, category
+        self.fn = fn
+        self.bands = bands or Bands()
+        self.severity = severity
+
+    async def evaluate(self, input: EvalInput) -> EvalResult:
+        try:
+            value = self.fn(input)
+        except Exception as exc:  # a broken check is an error, not a fail
+            return EvalResult(
+                self.key, self.name, None, "error", kind="code",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        score = float(value)
+        if isinstance(value, bool) is False and not (0.0 <= score <= 1.0) or math.isnan(score):
+            return EvalResult(
+                self.key, self.name, None, "error", kind="code",
+                error=f"code eval returned {value!r}; expected a bool or a score in [0, 1]",
+            )
+        verdict = band_verdict(score, self.bands)
+        severity = worst_severity(self.severity, score_severity(score)) if verdict == "fail" else None
+        return EvalResult(self.key, self.name, score, verdict, kind="code", severity=severity)

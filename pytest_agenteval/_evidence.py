@@ -1,0 +1,1012 @@
+"""Tamper-evident evidence for a run: canonical JSON, a hash chain and SHA256SUMS.
+
+A benchmark verdict is only worth something if a reader can tell that the
+records behind it were not edited, reordered, cut short or padded after the
+run. This module writes the evidence so that such changes are *detectable*
+and checks it again later (``agenteval verify``). It is pure (no pytest
+import), so the plugin, the command line and the tests share one code path.
+
+Run directory layout
+--------------------
+::
+
+    <run_dir>/manifest.json   canonical JSON (RFC 8785 bytes, no trailing newline)
+    <run_dir>/results.jsonl   one canonical-JSON record per line, each '\\n'-terminated
+    <run_dir>/...             summary.json, junit.xml, reports: written by others
+                              with :func:`write_file_atomic` before finalize
+    <run_dir>/SHA256SUMS      "<64 hex>  <relative posix path>\\n" per regular file,
+                              sorted by path (bytes), every file except itself
+
+``SHA256SUMS`` uses the format of GNU ``sha256sum``, so ``sha256sum -c
+SHA256SUMS`` run inside the directory checks the files too.
+
+Hash chain
+----------
+* The manifest is a JSON object. While the run is in progress it holds
+  ``"completed": false`` and no ``"completion"`` key. :meth:`EvidenceWriter.finalize`
+  rewrites it atomically with ``"completed": true`` (``false`` when the run
+  was interrupted) and ``"completion": {"chain_head", "records", "ended_at",
+  "interrupted", "not_evaluated"}``.
+* The *manifest header* is the manifest without ``completed`` and
+  ``completion``. The chain's genesis hash is the SHA-256 of the header's
+  canonical JSON, so the rewrite at the end keeps the first link valid while
+  any change to the header breaks it.
+* Each results line is the canonical JSON of the record plus a key ``"prev"``:
+  the hex SHA-256 of the previous line's exact bytes (without its newline);
+  the first line's ``prev`` is the genesis hash. The chain head is the SHA-256
+  of the last line's bytes (the genesis hash when there are no lines).
+  Records may not carry a ``prev`` key of their own.
+
+What this proves, and what it does not
+--------------------------------------
+There is no secret key: anyone can recompute every hash. So :func:`verify_run`
+catches accidental corruption and any edit that was not followed by a full,
+consistent re-computation (a changed byte anywhere, a deleted or added file,
+reordered lines, a naively cut tail, an edited manifest header). Someone who
+cuts the last records *and* rewrites ``completion`` and ``SHA256SUMS``
+consistently produces a run that verifies. Against that, keep the chain head
+printed at the end of the run somewhere else (CI log, ticket, commit message)
+and pass it as ``expect_head``: the recomputed head then no longer matches.
+
+Text that RFC 8785 cannot hold
+------------------------------
+RFC 8785 (via the ``rfc8785`` package) rejects NaN and Infinity, integers
+beyond +-(2**53 - 1), non-string object keys and lone UTF-16 surrogates.
+:func:`canonical_json` turns each rejection into a :class:`ValueError` that
+names the value's path (``$.scores[2]``) and says what to pass instead
+(``None`` for a missing number, a string for a big integer). Lone surrogates
+are different: agent output legitimately contains them (truncated emoji,
+bytes decoded with ``surrogateescape``), and evidence must not refuse or
+silently alter such text. They are therefore written as lowercase JSON
+escapes (``"\\ud800"``), exactly as ECMAScript's ``JSON.stringify`` does;
+``json.loads`` reads them back to the same string, so the bytes stay
+canonical under this module's own definition. A surrogate *pair* held as two
+code points (``"\\ud83d\\ude00"``) is written as the character it encodes,
+because JSON cannot tell the two apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import stat
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import rfc8785
+
+__all__ = [
+    "MANIFEST_NAME",
+    "PREV_KEY",
+    "RESULTS_NAME",
+    "SUMS_NAME",
+    "EvidenceWriter",
+    "VerifyResult",
+    "build_sha256sums",
+    "canonical_json",
+    "genesis_hash",
+    "sha256_hex",
+    "utc_now_rfc3339",
+    "verify_run",
+    "write_file_atomic",
+]
+
+MANIFEST_NAME = "manifest.json"
+RESULTS_NAME = "results.jsonl"
+SUMS_NAME = "SHA256SUMS"
+PREV_KEY = "prev"
+RESERVED_MANIFEST_KEYS = ("completed", "completion")
+
+_INT_LIMIT = 2**53 - 1
+_CHUNK = 1 << 20
+_MAX_PROBLEMS = 50
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SUMS_LINE = re.compile(rb"([0-9a-f]{64})  (.+)", re.DOTALL)
+_SURROGATE = re.compile("([\ud800-\udfff])")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_O_BINARY = getattr(os, "O_BINARY", 0)
+
+
+# --------------------------------------------------------------------------
+# Canonical JSON and hashing
+# --------------------------------------------------------------------------
+
+
+def sha256_hex(data: bytes) -> str:
+    """Lowercase hex SHA-256 of ``data``: the one digest format used everywhere here."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Serialise ``obj`` as RFC 8785 canonical JSON, so equal data hashes equally.
+
+    Plain data goes straight through ``rfc8785.dumps``. When it refuses, the
+    value is walked again to either write lone surrogates as JSON escapes
+    (see the module docstring) or raise a :class:`ValueError` naming the path
+    of the offending value, because "nan is not representable" alone does
+    not tell a caller which of a thousand fields to fix.
+    """
+    try:
+        return rfc8785.dumps(obj)
+    except (ValueError, RecursionError):
+        pass  # CanonicalizationError and UnicodeEncodeError are ValueErrors
+    out: list[bytes] = []
+    try:
+        _encode(obj, "$", set(), out)
+    except RecursionError:
+        raise ValueError("canonical_json: value is nested too deeply to serialise") from None
+    return b"".join(out)
+
+
+def _encode(value: Any, path: str, active: set[int], out: list[bytes]) -> None:
+    """Append the canonical bytes of ``value`` to ``out``; ``active`` guards cycles."""
+    if isinstance(value, dict):
+        _encode_container(value, path, active, out, _encode_object)
+    elif isinstance(value, (list, tuple)):
+        _encode_container(value, path, active, out, _encode_array)
+    elif isinstance(value, str):
+        out.append(_encode_str(value))
+    else:
+        out.append(_encode_scalar(value, path))
+
+
+_Encoder = Callable[[Any, str, set[int], list[bytes]], None]
+
+
+def _encode_container(
+    value: Any, path: str, active: set[int], out: list[bytes], encode: _Encoder
+) -> None:
+    """Detect reference cycles, which would otherwise surface as a RecursionError."""
+    if id(value) in active:
+        raise ValueError(f"canonical_json: circular reference at {path}")
+    active.add(id(value))
+    try:
+        encode(value, path, active, out)
+    finally:
+        active.discard(id(value))
+
+
+def _encode_object(value: dict[Any, Any], path: str, active: set[int], out: list[bytes]) -> None:
+    """Members sorted by the UTF-16 code units of their keys (RFC 8785 section 3.2.3)."""
+    members: list[tuple[bytes, str, Any]] = []
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ValueError(
+                f"canonical_json: object key {key!r} at {path} is a {type(key).__name__}, "
+                "not a str; JSON object keys must be strings (convert it explicitly)"
+            )
+        members.append((key.encode("utf-16-be", "surrogatepass"), key, item))
+    members.sort(key=lambda member: member[0])
+    out.append(b"{")
+    for index, (sort_key, key, item) in enumerate(members):
+        if index and sort_key == members[index - 1][0]:
+            raise ValueError(
+                f"canonical_json: duplicate key {key!r} at {path} once surrogate pairs are joined"
+            )
+        if index:
+            out.append(b",")
+        out.append(_encode_str(key))
+        out.append(b":")
+        _encode(item, _child_path(path, key), active, out)
+    out.append(b"}")
+
+
+def _encode_array(
+    value: list[Any] | tuple[Any, ...], path: str, active: set[int], out: list[bytes]
+) -> None:
+    """Elements in order, comma-separated, no whitespace."""
+    out.append(b"[")
+    for index, item in enumerate(value):
+        if index:
+            out.append(b",")
+        _encode(item, f"{path}[{index}]", active, out)
+    out.append(b"]")
+
+
+def _encode_str(text: str) -> bytes:
+    """rfc8785's string form, with lone surrogates written as ``\\udxxx`` escapes."""
+    try:
+        return rfc8785.dumps(text)
+    except ValueError:
+        pass  # only surrogates make a str unencodable
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    out = [b'"']
+    for index, part in enumerate(_SURROGATE.split(joined)):
+        if index % 2:
+            out.append(b"\\u%04x" % ord(part))
+        elif part:
+            out.append(rfc8785.dumps(part)[1:-1])
+    out.append(b'"')
+    return b"".join(out)
+
+
+def _encode_scalar(value: Any, path: str) -> bytes:
+    """Numbers, booleans and null via rfc8785, with errors that say what to pass instead."""
+    if value is None or isinstance(value, (bool, int, float)):
+        try:
+            return rfc8785.dumps(value)
+        except rfc8785.FloatDomainError:
+            raise ValueError(
+                f"canonical_json: {value!r} at {path} is not representable: JSON (RFC 8785) "
+                "has no NaN or Infinity; pass None for a missing or undefined number"
+            ) from None
+        except rfc8785.IntegerDomainError:
+            raise ValueError(
+                f"canonical_json: integer {value} at {path} is outside +-(2**53 - 1), the "
+                "range JSON numbers hold exactly (RFC 8785); pass it as a string"
+            ) from None
+    raise ValueError(
+        f"canonical_json: unsupported type {type(value).__name__} at {path}; JSON holds dict "
+        "(str keys), list, tuple, str, int, float, bool and None (numpy scalars: use .item())"
+    )
+
+
+def _child_path(path: str, key: str) -> str:
+    """``$.name`` for identifier keys, ``$["odd key"]`` otherwise (readable and unambiguous)."""
+    if _IDENTIFIER.fullmatch(key):
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _parse_json(raw: bytes) -> Any:
+    """Parse strict UTF-8 JSON the way canonical bytes must be read back.
+
+    Integers beyond +-(2**53 - 1) are read as floats (RFC 8785 writes large
+    floats such as 1e20 as digit strings), and NaN/Infinity literals are
+    refused, so ``canonical_json(_parse_json(b)) == b`` for canonical ``b``.
+    """
+    return json.loads(raw.decode("utf-8"), parse_int=_parse_int, parse_constant=_no_constant)
+
+
+def _parse_int(text: str) -> int | float:
+    value = int(text)
+    return value if -_INT_LIMIT <= value <= _INT_LIMIT else float(text)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _is_canonical(raw: bytes) -> tuple[Any, bool]:
+    """Parse ``raw`` and tell whether it is byte-for-byte its own canonical form."""
+    value = _parse_json(raw)
+    try:
+        return value, canonical_json(value) == raw
+    except ValueError:
+        return value, False
+
+
+def genesis_hash(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of the manifest header, the ``prev`` of the first results line."""
+    header = {key: value for key, value in manifest.items() if key not in RESERVED_MANIFEST_KEYS}
+    return sha256_hex(canonical_json(header))
+
+
+def utc_now_rfc3339() -> str:
+    """Current UTC time as RFC 3339 with milliseconds and a ``Z`` suffix."""
+    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return now.replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------
+# Atomic files and SHA256SUMS
+# --------------------------------------------------------------------------
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never half.
+
+    The bytes go to a temporary file in the same directory, are flushed and
+    fsynced, and the temporary file is renamed over ``path``. On any error
+    (a full disk, say) the temporary file is removed and the error
+    propagates; ``path`` is untouched. Missing parent directories are
+    created. Other writers call this for their files before
+    :meth:`EvidenceWriter.finalize`, so SHA256SUMS covers them.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp_beside(path)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _create_temp_beside(path: Path) -> tuple[int, Path]:
+    """Exclusively create a hidden temp file next to ``path`` (umask-respecting mode)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file beside {path}")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` may write less than asked; loop until every byte is out."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist a rename on POSIX; best effort (directories cannot be opened on Windows)."""
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def _scan(run_dir: Path) -> tuple[list[str], list[str]]:
+    """Relative posix paths of regular files and of other non-directory entries.
+
+    Symlinks are never followed: a run directory holds only regular files,
+    and a link could point the checksums at something outside it.
+    """
+    regular: list[str] = []
+    other: list[str] = []
+    stack: list[tuple[str, str]] = [("", os.fspath(run_dir))]
+    while stack:
+        prefix, directory = stack.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((rel + "/", entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    regular.append(rel)
+                else:
+                    other.append(rel)
+    return regular, other
+
+
+def _hash_file(path: Path) -> str:
+    """Stream a file through SHA-256 so large reports do not sit in memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def build_sha256sums(run_dir: Path) -> bytes:
+    """The SHA256SUMS content for every regular file under ``run_dir`` at this moment.
+
+    Sorted by the path's bytes (as ``LC_ALL=C sort`` would), so the file is
+    deterministic. A file name containing a newline cannot be listed in
+    this format and raises :class:`ValueError`.
+    """
+    run_dir = Path(run_dir)
+    regular, _ = _scan(run_dir)
+    lines: list[bytes] = []
+    for rel in sorted((r for r in regular if r != SUMS_NAME), key=os.fsencode):
+        raw = os.fsencode(rel)
+        if b"\n" in raw:
+            raise ValueError(f"cannot list {rel!r} in {SUMS_NAME}: file name contains a newline")
+        lines.append(_hash_file(run_dir / rel).encode("ascii") + b"  " + raw + b"\n")
+    return b"".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Writing a run
+# --------------------------------------------------------------------------
+
+
+def _manifest_header(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a caller's manifest and return its header (reserved keys removed)."""
+    if not isinstance(manifest, Mapping):
+        raise TypeError(f"manifest must be a mapping, not {type(manifest).__name__}")
+    if "completion" in manifest:
+        raise ValueError("manifest must not contain 'completion': finalize() writes it")
+    if manifest.get("completed", False) is not False:
+        raise ValueError("manifest 'completed' must be absent or false: finalize() sets it")
+    return {key: value for key, value in manifest.items() if key not in RESERVED_MANIFEST_KEYS}
+
+
+class EvidenceWriter:
+    """Append-only writer for one run directory; see the module docstring for the format.
+
+    Each :meth:`append` is written straight to the file descriptor (no
+    user-space buffer), so a crash loses at most the record being written.
+    A failed write is rolled back by truncating to the last complete line;
+    if even that fails the writer refuses further records rather than
+    chaining onto a half line. ``fsync_each_record`` also forces each line to
+    the disk, at a large cost per record; :meth:`finalize` always fsyncs.
+
+    Used as a context manager, leaving the block finalizes the run, marked
+    interrupted when the block raised.
+    """
+
+    def __init__(
+        self, run_dir: Path, manifest: Mapping[str, Any], *, fsync_each_record: bool = False
+    ) -> None:
+        header = _manifest_header(manifest)
+        header_bytes = canonical_json(header)  # fail before touching the disk
+        self._run_dir = Path(run_dir)
+        self._header: dict[str, Any] = _parse_json(header_bytes)  # detached deep copy
+        self._head = sha256_hex(header_bytes)
+        self._records = 0
+        self._size = 0
+        self._fsync_each = fsync_each_record
+        self._lock = threading.Lock()
+        self._poisoned = False
+        self._finalized = False
+        self._run_dir.mkdir(parents=True, exist_ok=True)
+        self._refuse_existing_run()
+        self._fd: int | None = self._create_results()
+        try:
+            initial = canonical_json({**self._header, "completed": False})
+            write_file_atomic(self._run_dir / MANIFEST_NAME, initial)
+        except BaseException:
+            self.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._run_dir / RESULTS_NAME)
+            raise
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory being written."""
+        return self._run_dir
+
+    @property
+    def head(self) -> str:
+        """The current chain head (the genesis hash before the first record)."""
+        return self._head
+
+    @property
+    def records(self) -> int:
+        """Number of records written so far."""
+        return self._records
+
+    def _refuse_existing_run(self) -> None:
+        """Evidence is never overwritten or extended by a second writer."""
+        for name in (MANIFEST_NAME, RESULTS_NAME, SUMS_NAME):
+            path = self._run_dir / name
+            if path.exists() or path.is_symlink():
+                raise FileExistsError(
+                    f"{self._run_dir} already holds a run ({name} exists); "
+                    "refusing to overwrite evidence"
+                )
+
+    def _create_results(self) -> int:
+        """O_EXCL makes two writers racing for one directory fail instead of interleave."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY
+        return os.open(self._run_dir / RESULTS_NAME, flags, 0o666)
+
+    def append(self, record: dict[str, Any]) -> str:
+        """Write one record as the next chain link and return the new head."""
+        if not isinstance(record, dict):
+            raise TypeError(f"record must be a dict, not {type(record).__name__}")
+        if PREV_KEY in record:
+            raise ValueError(f"record must not contain the key {PREV_KEY!r}: the chain sets it")
+        with self._lock:
+            fd = self._require_appendable()
+            line = canonical_json({**record, PREV_KEY: self._head})
+            self._write_line(fd, line)
+            self._head = sha256_hex(line)
+            self._records += 1
+            return self._head
+
+    def _require_appendable(self) -> int:
+        if self._finalized:
+            raise RuntimeError("EvidenceWriter.append after finalize()")
+        if self._poisoned:
+            raise RuntimeError(
+                f"{RESULTS_NAME} may end in a partial line after a failed write; "
+                "refusing to extend the chain (finalize() to seal what is there)"
+            )
+        if self._fd is None:
+            raise RuntimeError("EvidenceWriter.append after close()")
+        return self._fd
+
+    def _write_line(self, fd: int, line: bytes) -> None:
+        """Write ``line`` + newline, or leave the file as it was (or poison the writer)."""
+        data = line + b"\n"
+        try:
+            _write_all(fd, data)
+            if self._fsync_each:
+                os.fsync(fd)
+        except BaseException:
+            try:
+                os.ftruncate(fd, self._size)
+            except OSError:
+                self._poisoned = True
+            raise
+        self._size += len(data)
+
+    def close(self) -> None:
+        """Release the results file without sealing; the run stays unsealed until finalize()."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def finalize(
+        self, *, interrupted: bool = False, not_evaluated: int = 0, ended_at: str | None = None
+    ) -> str:
+        """Seal the run: close results, rewrite the manifest, write SHA256SUMS; return the head.
+
+        Every file in the directory at this moment is covered by SHA256SUMS,
+        so reports must be written before. If sealing fails (disk full), the
+        error propagates and finalize() may be called again.
+        """
+        _check_finalize_args(interrupted, not_evaluated, ended_at)
+        with self._lock:
+            if self._finalized:
+                raise RuntimeError("EvidenceWriter.finalize() called twice")
+            self._sync_and_close()
+            completion = {
+                "chain_head": self._head,
+                "records": self._records,
+                "ended_at": ended_at if ended_at is not None else utc_now_rfc3339(),
+                "interrupted": interrupted,
+                "not_evaluated": not_evaluated,
+            }
+            manifest = {**self._header, "completed": not interrupted, "completion": completion}
+            write_file_atomic(self._run_dir / MANIFEST_NAME, canonical_json(manifest))
+            write_file_atomic(self._run_dir / SUMS_NAME, build_sha256sums(self._run_dir))
+            self._finalized = True
+            return self._head
+
+    def _sync_and_close(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.fsync(self._fd)
+        finally:
+            self.close()
+
+    def __enter__(self) -> EvidenceWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._finalized:
+            self.finalize(interrupted=exc_type is not None)
+
+
+def _check_finalize_args(interrupted: bool, not_evaluated: int, ended_at: str | None) -> None:
+    """Reject values that would make the completion record lie or fail to verify."""
+    if not isinstance(interrupted, bool):
+        raise TypeError("interrupted must be a bool")
+    if isinstance(not_evaluated, bool) or not isinstance(not_evaluated, int) or not_evaluated < 0:
+        raise ValueError("not_evaluated must be a non-negative int")
+    if ended_at is not None and not isinstance(ended_at, str):
+        raise TypeError("ended_at must be an RFC 3339 string or None")
+
+
+# --------------------------------------------------------------------------
+# Verification
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of :func:`verify_run`.
+
+    ``ok`` means no problem was found; ``complete`` that the manifest says the
+    run completed and it is sealed. An intact run that was interrupted or
+    never finalized is ``ok`` but not ``complete``. ``io_error`` marks a
+    verification that could not be carried out (no such directory, an
+    unreadable file, not a run directory) as opposed to evidence of tampering.
+    """
+
+    ok: bool
+    complete: bool
+    head: str | None
+    records: int
+    problems: list[str]
+    message: str
+    io_error: bool = False
+
+
+@dataclass
+class _Findings:
+    """Problems in the order found, capped so a shredded file cannot flood the output."""
+
+    problems: list[str] = field(default_factory=list)
+    dropped: int = 0
+    io_error: bool = False
+
+    def add(self, problem: str) -> None:
+        if len(self.problems) < _MAX_PROBLEMS:
+            self.problems.append(problem)
+        else:
+            self.dropped += 1
+
+    def io(self, problem: str) -> None:
+        self.io_error = True
+        self.add(problem)
+
+    def all(self) -> list[str]:
+        more = [f"... and {self.dropped} more problems"] if self.dropped else []
+        return self.problems + more
+
+
+@dataclass(frozen=True)
+class _ManifestInfo:
+    """What the rest of verification needs from the manifest."""
+
+    genesis: str | None
+    completed: bool
+    completion: dict[str, Any] | None
+    finalized: bool  # has a completion record, or claims completion: must be sealed
+
+
+@dataclass(frozen=True)
+class _Chain:
+    head: str | None
+    records: int
+
+
+def verify_run(run_dir: Path, expect_head: str | None = None) -> VerifyResult:
+    """Check a run directory's evidence; every defect becomes a problem, never a traceback.
+
+    ``expect_head`` is the chain head recorded elsewhere at the end of the run;
+    only with it can a consistently re-sealed, shortened run be caught.
+    """
+    run_dir = Path(run_dir)
+    expected = _normalise_head(expect_head)
+    found = _Findings()
+    if not run_dir.is_dir():
+        found.io("not a directory" if run_dir.exists() else "run directory does not exist")
+        return _result(run_dir, found, complete=False, chain=_Chain(None, 0), reason="")
+    info = _check_manifest(run_dir, found)
+    sums = _read_sums(run_dir, info, found)
+    if sums is not None:
+        _check_listed(run_dir, sums, found)
+        _check_unlisted(run_dir, sums, found)
+    chain = _check_chain(run_dir, info.genesis if info else None, sums, found)
+    if info is not None:
+        _check_completion(info, sums is not None, chain, found)
+    if expected is not None and chain.head != expected:
+        found.add(
+            f"chain head mismatch: expected {_abbr(expected)}, found {_abbr(chain.head)} "
+            "(records cut or replaced?)"
+        )
+    complete = info is not None and info.completed and sums is not None
+    return _result(run_dir, found, complete, chain, _incomplete_reason(info, sums is not None))
+
+
+def _normalise_head(expect_head: str | None) -> str | None:
+    if expect_head is None:
+        return None
+    head = expect_head.strip().lower()
+    if not _HEX64.fullmatch(head):
+        raise ValueError(f"expect_head must be 64 hex digits (a full SHA-256), got {expect_head!r}")
+    return head
+
+
+def _abbr(head: str | None) -> str:
+    return f"{head[:12]}…" if head else "none"
+
+
+def _show(rel: str) -> str:
+    """A file name safe to print on one line (control characters, surrogates escaped)."""
+    return rel if rel.isprintable() else repr(rel)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _incomplete_reason(info: _ManifestInfo | None, sealed: bool) -> str:
+    if not sealed:
+        return f"never sealed: no {SUMS_NAME}; still running or crashed"
+    completion = info.completion if info else None
+    if completion and completion.get("interrupted"):
+        return f"interrupted; {completion.get('not_evaluated', 0)} not evaluated"
+    return "not marked completed"
+
+
+def _result(
+    run_dir: Path, found: _Findings, complete: bool, chain: _Chain, reason: str
+) -> VerifyResult:
+    problems = found.all()
+    records = _plural(chain.records, "record")
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        label = "ERROR" if found.io_error else "FAILED"
+        message = f"{label} {run_dir}: {problems[0]}{more}"
+    elif complete:
+        message = f"OK {run_dir}: {records}, head {chain.head}"
+    else:
+        message = (
+            f"INCOMPLETE run: {records} intact, run did not complete ({reason}); head {chain.head}"
+        )
+    return VerifyResult(
+        ok=not problems,
+        complete=complete,
+        head=chain.head,
+        records=chain.records,
+        problems=problems,
+        message=message,
+        io_error=found.io_error,
+    )
+
+
+# --- manifest.json ---------------------------------------------------------
+
+
+def _check_manifest(run_dir: Path, found: _Findings) -> _ManifestInfo | None:
+    """Parse the manifest, insist on canonical bytes, and pull out what the chain needs."""
+    try:
+        raw = (run_dir / MANIFEST_NAME).read_bytes()
+    except FileNotFoundError:
+        _report_missing_manifest(run_dir, found)
+        return None
+    except OSError as exc:
+        found.io(f"{MANIFEST_NAME}: cannot read ({exc.strerror or exc})")
+        return None
+    try:
+        manifest, canonical = _is_canonical(raw)
+    except (ValueError, RecursionError) as exc:
+        found.add(f"{MANIFEST_NAME}: not valid JSON ({_brief(exc)})")
+        return None
+    if not isinstance(manifest, dict):
+        found.add(f"{MANIFEST_NAME}: not a JSON object")
+        return None
+    if not canonical:
+        found.add(f"{MANIFEST_NAME}: not in canonical form (edited by hand?)")
+    return _manifest_info(manifest, found)
+
+
+def _report_missing_manifest(run_dir: Path, found: _Findings) -> None:
+    """A deleted manifest is tampering; a directory that never had one is a usage error."""
+    if (run_dir / RESULTS_NAME).exists() or (run_dir / SUMS_NAME).exists():
+        found.add(f"{MANIFEST_NAME}: missing (deleted?)")
+    else:
+        found.io(f"{MANIFEST_NAME}: missing; {run_dir} is not an agenteval run directory")
+
+
+def _manifest_info(manifest: dict[str, Any], found: _Findings) -> _ManifestInfo:
+    completed = manifest.get("completed")
+    if not isinstance(completed, bool):
+        found.add(f"{MANIFEST_NAME}: 'completed' is missing or not true/false")
+        completed = False
+    completion = _valid_completion(manifest, found)
+    if completion is not None and completion["interrupted"] == completed:
+        found.add(
+            f"{MANIFEST_NAME}: 'completed' is {str(completed).lower()} but "
+            f"completion.interrupted is {str(completion['interrupted']).lower()}"
+        )
+    if completed and "completion" not in manifest:
+        found.add(f"{MANIFEST_NAME}: 'completed' is true but there is no completion record")
+    try:
+        genesis: str | None = genesis_hash(manifest)
+    except ValueError:
+        genesis = None  # unreachable for parsed JSON, but never crash
+    finalized = completed or "completion" in manifest
+    return _ManifestInfo(genesis, completed, completion, finalized)
+
+
+def _valid_completion(manifest: dict[str, Any], found: _Findings) -> dict[str, Any] | None:
+    """The completion record if it has the documented shape, else None (and a problem)."""
+    if "completion" not in manifest:
+        return None
+    completion = manifest["completion"]
+    checks = {
+        "chain_head": lambda v: isinstance(v, str) and bool(_HEX64.fullmatch(v)),
+        "records": _is_count,
+        "ended_at": lambda v: isinstance(v, str),
+        "interrupted": lambda v: isinstance(v, bool),
+        "not_evaluated": _is_count,
+    }
+    if not isinstance(completion, dict):
+        found.add(f"{MANIFEST_NAME}: 'completion' is not an object")
+        return None
+    bad = [key for key, check in checks.items() if not check(completion.get(key))]
+    if bad:
+        found.add(f"{MANIFEST_NAME}: malformed completion record ({', '.join(bad)})")
+        return None
+    return completion
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+# --- SHA256SUMS --------------------------------------------------------------
+
+
+def _read_sums(
+    run_dir: Path, info: _ManifestInfo | None, found: _Findings
+) -> dict[str, str] | None:
+    """Parsed SHA256SUMS (path -> hex, in file order), or None when there is none."""
+    try:
+        raw = (run_dir / SUMS_NAME).read_bytes()
+    except FileNotFoundError:
+        if info is not None and info.finalized:
+            found.add(f"{SUMS_NAME}: missing, but the manifest says the run was finalized")
+        return None
+    except OSError as exc:
+        found.io(f"{SUMS_NAME}: cannot read ({exc.strerror or exc})")
+        return None
+    lines = raw.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    else:
+        found.add(f"{SUMS_NAME}: last line is not newline-terminated (truncated?)")
+    return _parse_sums(lines, found)
+
+
+def _parse_sums(lines: list[bytes], found: _Findings) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    previous: bytes | None = None
+    for lineno, line in enumerate(lines, start=1):
+        where = f"{SUMS_NAME} line {lineno}"
+        match = _SUMS_LINE.fullmatch(line)
+        if match is None:
+            found.add(f"{where}: malformed (expected '<64 hex>  <path>')")
+            continue
+        digest, raw_path = match.group(1).decode("ascii"), match.group(2)
+        rel = os.fsdecode(raw_path)
+        problem = _sums_path_problem(rel, raw_path, previous, sums)
+        if problem:
+            found.add(f"{where}: {problem}")
+            continue
+        sums[rel] = digest
+        previous = raw_path
+    return sums
+
+
+def _sums_path_problem(
+    rel: str, raw_path: bytes, previous: bytes | None, sums: dict[str, str]
+) -> str | None:
+    """Paths must stay inside the run dir, be unique and sorted, and not list SHA256SUMS."""
+    parts = rel.split("/")
+    if rel.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\\" in rel:
+        return f"unsafe path {_show(rel)}"
+    if rel == SUMS_NAME:
+        return f"lists {SUMS_NAME} itself"
+    if rel in sums:
+        return f"duplicate entry for {_show(rel)}"
+    if previous is not None and raw_path < previous:
+        return f"{_show(rel)} is out of order (entries must be sorted by path)"
+    return None
+
+
+def _check_listed(run_dir: Path, sums: dict[str, str], found: _Findings) -> None:
+    """Every listed file must exist as a regular file with the listed digest."""
+    for rel, digest in sums.items():
+        path = run_dir / rel
+        try:
+            mode = path.lstat().st_mode
+            if not stat.S_ISREG(mode):
+                found.add(f"{_show(rel)}: not a regular file")
+            elif _hash_file(path) != digest:
+                found.add(f"{_show(rel)}: SHA-256 mismatch")
+        except (FileNotFoundError, NotADirectoryError):
+            found.add(f"{_show(rel)}: listed in {SUMS_NAME} but missing")
+        except OSError as exc:
+            found.io(f"{_show(rel)}: cannot read ({exc.strerror or exc})")
+
+
+def _check_unlisted(run_dir: Path, sums: dict[str, str], found: _Findings) -> None:
+    """Anything in the directory that SHA256SUMS does not vouch for was added later."""
+    try:
+        regular, other = _scan(run_dir)
+    except OSError as exc:
+        found.io(f"{run_dir}: cannot list files ({exc.strerror or exc})")
+        return
+    for rel in sorted(regular, key=os.fsencode):
+        if rel != SUMS_NAME and rel not in sums:
+            found.add(f"{_show(rel)}: not listed in {SUMS_NAME} (added after the run?)")
+    for rel in sorted(other, key=os.fsencode):
+        if rel not in sums:
+            found.add(f"{_show(rel)}: not a regular file (symlink or special file added?)")
+
+
+# --- results.jsonl -------------------------------------------------------------
+
+
+def _check_chain(
+    run_dir: Path, genesis: str | None, sums: dict[str, str] | None, found: _Findings
+) -> _Chain:
+    """Walk results.jsonl line by line, recomputing every link and the head."""
+    try:
+        handle = open(run_dir / RESULTS_NAME, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        if sums is None or RESULTS_NAME not in sums:
+            found.add(f"{RESULTS_NAME}: missing")
+        return _Chain(None, 0)
+    except OSError as exc:
+        found.io(f"{RESULTS_NAME}: cannot read ({exc.strerror or exc})")
+        return _Chain(None, 0)
+    with handle:
+        try:
+            return _walk_lines(handle, genesis, found)
+        except OSError as exc:
+            found.io(f"{RESULTS_NAME}: cannot read ({exc.strerror or exc})")
+            return _Chain(None, 0)
+
+
+def _walk_lines(lines: Iterable[bytes], genesis: str | None, found: _Findings) -> _Chain:
+    """Binary iteration splits on b'\\n' only, the one byte canonical JSON never holds raw."""
+    head, records = genesis, 0
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.endswith(b"\n"):
+            found.add(
+                f"{RESULTS_NAME} line {lineno}: incomplete last line "
+                "(no trailing newline; partial write?)"
+            )
+            break
+        line = raw[:-1]
+        problem = _line_problem(line, lineno, head)
+        if problem:
+            found.add(f"{RESULTS_NAME} line {lineno}: {problem}")
+        head, records = sha256_hex(line), records + 1
+    return _Chain(head, records)
+
+
+def _line_problem(line: bytes, lineno: int, expected_prev: str | None) -> str | None:
+    """The first defect of one results line, or None; ``expected_prev`` None skips the link."""
+    if not line:
+        return "empty line"
+    try:
+        record, canonical = _is_canonical(line)
+    except (ValueError, RecursionError) as exc:
+        return f"not valid JSON ({_brief(exc)})"
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if not canonical:
+        return "not in canonical form (edited by hand?)"
+    prev = record.get(PREV_KEY)
+    if not isinstance(prev, str):
+        return f"missing {PREV_KEY!r} hash"
+    if expected_prev is not None and prev != expected_prev:
+        target = "the manifest header hash" if lineno == 1 else f"line {lineno - 1}"
+        return f"chain broken (prev does not match {target})"
+    return None
+
+
+def _check_completion(info: _ManifestInfo, sealed: bool, chain: _Chain, found: _Findings) -> None:
+    """The sealed completion record must describe the results file as it is now."""
+    completion = info.completion
+    if sealed and completion is None and not info.finalized:
+        found.add(f"{MANIFEST_NAME}: no completion record although {SUMS_NAME} exists")
+    if completion is None or chain.head is None:
+        return
+    if completion["chain_head"] != chain.head:
+        found.add(
+            f"{MANIFEST_NAME}: completion.chain_head {_abbr(completion['chain_head'])} does not "
+            f"match the recomputed head {_abbr(chain.head)} (records cut or replaced?)"
+        )
+    if completion["records"] != chain.records:
+        found.add(
+            f"{MANIFEST_NAME}: completion.records is {completion['records']} but "
+            f"{RESULTS_NAME} holds {chain.records}"
+        )

@@ -1,0 +1,530 @@
+"""Loading a benchmark family, checking it whole, and resolving presets.
+
+Everything is validated before any subject or judge is called: a broken
+file raises :class:`SpecError` naming the file and line. The result is plain
+immutable data (:class:`Family`, :class:`Plan`) from which the pytest layer
+makes items and the controller builds the composite tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ._evals import Bands, EvalResult, combine_results
+from ._spec import (
+    WEIGHT_TOLERANCE,
+    ArticleFile,
+    ArticleMeta,
+    BenchmarkSpec,
+    GateSpec,
+    PillarSpec,
+    PresetSpec,
+    Scenario,
+)
+from ._yaml import LineDict, LineList, SpecError, line_of, load_yaml
+
+BENCHMARK_FILE = "benchmark.yaml"
+DEFAULT_PRESET = "smoke"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], data: Any, path: Path) -> M:
+    """Validate *data* against *model*; errors name every bad place by line."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        first_line = None
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            line = line_of(data, loc)
+            first_line = first_line or line
+            where = ".".join(str(p) for p in loc) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown key {loc[-1]!r}"
+            elif err["type"] == "missing":
+                msg = f"missing required key {loc[-1]!r}"
+            elif "input" in err and err["type"] not in {"value_error", "assertion_error"}:
+                msg += f" (got {_short(err['input'])})"
+            problems.append((line, f"{where}: {msg}"))
+        if len(problems) == 1:
+            raise SpecError(path, problems[0][0], problems[0][1]) from None
+        detail = "\n".join(f"  line {ln or '?'}: {m}" for ln, m in problems)
+        raise SpecError(path, first_line, f"{len(problems)} problems:\n{detail}") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bands(pass_: float | None, warn: float | None, default: Bands) -> Bands:
+    return Bands(
+        default.pass_ if pass_ is None else float(pass_),
+        default.warn if warn is None else float(warn),
+    )
+
+
+def _spec_bands(spec: Any, default: Bands) -> Bands:
+    return default if spec is None else Bands(float(spec.pass_), float(spec.warn))
+
+
+@dataclass(frozen=True)
+class Article:
+    """One validated article file."""
+
+    path: Path
+    meta: ArticleMeta
+    scenarios: tuple[Scenario, ...]
+    lines: Mapping[str, int]  # scenario id -> line of its entry
+    bands: Bands
+    sha256: str
+
+    @property
+    def control_id(self) -> str:
+        return self.meta.control_id
+
+
+@dataclass(frozen=True)
+class Family:
+    """A validated family: spec, articles, and the judge prompt text."""
+
+    name: str
+    root: Path
+    spec: BenchmarkSpec
+    articles: tuple[Article, ...]
+    judge_prompt: str | None
+    judge_prompt_path: Path | None
+    article_errors: Mapping[Path, SpecError] = field(default_factory=dict)
+    single_file: bool = False
+
+    @property
+    def bands(self) -> Bands:
+        return _spec_bands(self.spec.bands, Bands())
+
+    def article(self, control_id: str) -> Article:
+        for art in self.articles:
+            if art.control_id == control_id:
+                return art
+        raise KeyError(control_id)
+
+    def pillar(self, key: str) -> PillarSpec:
+        for p in self.spec.pillars:
+            if p.key == key:
+                return p
+        raise KeyError(key)
+
+    def scenario_count(self) -> int:
+        return sum(len(a.scenarios) for a in self.articles)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def is_family_dir(path: Path) -> bool:
+    return path.is_dir() and (path / BENCHMARK_FILE).is_file()
+
+
+def article_paths(root: Path) -> list[Path]:
+    """Article files under a family folder: every YAML file but benchmark.yaml."""
+    found = [
+        p for p in root.rglob("*")
+        if p.suffix in {".yaml", ".yml"} and p.is_file() and p.name != BENCHMARK_FILE
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    ]
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def load_article(path: Path, default_bands: Bands) -> Article:
+    data = load_yaml(path)
+    parsed = validate(ArticleFile, data, path)
+    scen_data = data.get("scenarios") if isinstance(data, LineDict) else None
+    lines: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for i, sc in enumerate(parsed.scenarios):
+        line = (
+            scen_data.item_lines[i] if isinstance(scen_data, LineList) else (data.line or 1)
+        )
+        if sc.id in seen:
+            raise SpecError(path, line, f"duplicate scenario id {sc.id!r} (first on line {seen[sc.id]})")
+        seen[sc.id] = line
+        lines[sc.id] = line
+    total = math.fsum(float(s.weight) for s in parsed.scenarios)
+    if abs(total - 1.0) > WEIGHT_TOLERANCE:
+        raise SpecError(
+            path, scen_data.line if isinstance(scen_data, LineList) else None,
+            f"scenario weights sum to {total:.4f}; they must sum to 1 (±{WEIGHT_TOLERANCE})",
+        )
+    meta = parsed.metadata
+    return Article(
+        path=path,
+        meta=meta,
+        scenarios=tuple(parsed.scenarios),
+        lines=lines,
+        bands=_bands(meta.pass_threshold, meta.warn_threshold, default_bands),
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+    )
+
+
+def load_family(root: Path) -> Family:
+    """Load and cross-check a family folder. Article-level errors are kept per file."""
+    bench_path = root / BENCHMARK_FILE
+    data = load_yaml(bench_path)
+    spec = validate(BenchmarkSpec, data, bench_path)
+    _check_pillars(spec, data, bench_path)
+    prompt_text, prompt_path = _judge_prompt(spec, data, root, bench_path)
+    default = _spec_bands(spec.bands, Bands())
+
+    articles: list[Article] = []
+    errors: dict[Path, SpecError] = {}
+    for path in article_paths(root):
+        try:
+            articles.append(load_article(path, default))
+        except SpecError as exc:
+            errors[path] = exc
+    family = Family(
+        name=spec.family, root=root, spec=spec, articles=tuple(articles),
+        judge_prompt=prompt_text, judge_prompt_path=prompt_path, article_errors=errors,
+    )
+    if not errors:
+        _cross_check(family, data, bench_path)
+    return family
+
+
+def load_single_article(path: Path) -> Family:
+    """An article file run on its own: a one-article, one-pillar family."""
+    article = load_article(path, Bands())
+    pillar = PillarSpec(key=article.meta.pillar, title=article.meta.pillar, weight=1.0)
+    name = path.stem
+    spec = BenchmarkSpec.model_construct(
+        family=name, title=article.meta.title, version="1", description="",
+        judge_prompt=None, bands=BenchmarkSpec.model_fields["bands"].get_default(call_default_factory=True),
+        aggregation="weighted_sum", gate=GateSpec(), pillars=[pillar], presets={},
+    )
+    return Family(
+        name=name, root=path.parent, spec=spec, articles=(article,), judge_prompt=None,
+        judge_prompt_path=None, single_file=True,
+    )
+
+
+def _key_line(data: Any, *loc: str | int) -> int | None:
+    return line_of(data, loc)
+
+
+def _check_pillars(spec: BenchmarkSpec, data: Any, path: Path) -> None:
+    seen: set[str] = set()
+    for i, pillar in enumerate(spec.pillars):
+        if pillar.key in seen:
+            raise SpecError(path, _key_line(data, "pillars", i), f"duplicate pillar key {pillar.key!r}")
+        seen.add(pillar.key)
+    total = math.fsum(float(p.weight) for p in spec.pillars)
+    if abs(total - 1.0) > WEIGHT_TOLERANCE:
+        raise SpecError(
+            path, _key_line(data, "pillars"),
+            f"pillar weights sum to {total:.4f}; they must sum to 1 (±{WEIGHT_TOLERANCE})",
+        )
+
+
+def _judge_prompt(
+    spec: BenchmarkSpec, data: Any, root: Path, path: Path
+) -> tuple[str | None, Path | None]:
+    if spec.judge_prompt is None:
+        return None, None
+    prompt_path = (root / spec.judge_prompt).resolve()
+    if not prompt_path.is_relative_to(root.resolve()):
+        raise SpecError(path, _key_line(data, "judge_prompt"), "judge_prompt must stay inside the family folder")
+    try:
+        return prompt_path.read_text(encoding="utf-8"), prompt_path
+    except OSError:
+        raise SpecError(
+            path, _key_line(data, "judge_prompt"), f"judge prompt file {spec.judge_prompt!r} not found"
+        ) from None
+
+
+def _cross_check(family: Family, data: Any, bench_path: Path) -> None:
+    spec = family.spec
+    pillars = {p.key for p in spec.pillars}
+    packs = {name for name, p in spec.presets.items() if p.pack}
+    controls: dict[str, Path] = {}
+    scenario_ids: dict[str, Path] = {}
+    for art in family.articles:
+        if art.control_id in controls:
+            raise SpecError(
+                art.path, 1,
+                f"duplicate control_id {art.control_id!r} (also in {controls[art.control_id].name})",
+            )
+        controls[art.control_id] = art.path
+        if art.meta.pillar not in pillars:
+            raise SpecError(
+                art.path, 1,
+                f"control {art.control_id!r} names pillar {art.meta.pillar!r}, which no pillar in "
+                f"{bench_path.name} owns (pillars: {', '.join(sorted(pillars))})",
+            )
+        if art.meta.pack is not None and art.meta.pack not in packs:
+            raise SpecError(
+                art.path, 1,
+                f"article belongs to pack {art.meta.pack!r}, but {bench_path.name} has no preset "
+                f"{art.meta.pack!r} with 'pack: true'",
+            )
+        for sid in art.lines:
+            if sid in scenario_ids:
+                raise SpecError(
+                    art.path, art.lines[sid],
+                    f"duplicate scenario id {sid!r} (also in {scenario_ids[sid].name})",
+                )
+            scenario_ids[sid] = art.path
+    for pillar in spec.pillars:
+        members = [a for a in family.articles if a.meta.pillar == pillar.key and a.meta.pack is None]
+        if not members:
+            raise SpecError(
+                bench_path, _pillar_line(data, spec, pillar.key),
+                f"pillar {pillar.key!r} has no articles",
+            )
+        given = [a.meta.pillar_weight for a in members]
+        if all(w is not None for w in given):
+            total = math.fsum(float(w) for w in given if w is not None)
+            if abs(total - 1.0) > WEIGHT_TOLERANCE:
+                names = ", ".join(f"{a.path.name}={a.meta.pillar_weight}" for a in members)
+                raise SpecError(
+                    bench_path, _pillar_line(data, spec, pillar.key),
+                    f"pillar {pillar.key!r}: article pillar_weight values sum to {total:.4f}; "
+                    f"they must sum to 1 (±{WEIGHT_TOLERANCE}) ({names})",
+                )
+        elif any(w is not None for w in given):
+            missing = [a.path.name for a in members if a.meta.pillar_weight is None]
+            raise SpecError(
+                bench_path, _pillar_line(data, spec, pillar.key),
+                f"pillar {pillar.key!r}: set pillar_weight on all its articles or on none "
+                f"(missing in {', '.join(missing)})",
+            )
+    for name, preset in spec.presets.items():
+        _check_preset(name, preset, controls, pillars, data, bench_path, spec)
+
+
+def _pillar_line(data: Any, spec: BenchmarkSpec, key: str) -> int | None:
+    for i, p in enumerate(spec.pillars):
+        if p.key == key:
+            return _key_line(data, "pillars", i)
+    return None
+
+
+def _check_preset(
+    name: str,
+    preset: PresetSpec,
+    controls: Mapping[str, Path],
+    pillars: set[str],
+    data: Any,
+    path: Path,
+    spec: BenchmarkSpec,
+) -> None:
+    def where(*loc: str | int) -> int | None:
+        return _key_line(data, "presets", name, *loc)
+
+    if preset.controls != "all":
+        for i, cid in enumerate(preset.controls):
+            if cid not in controls:
+                raise SpecError(path, where("controls", i), f"preset {name!r}: unknown control {cid!r}")
+    if preset.extends is not None and preset.extends not in spec.presets:
+        raise SpecError(path, where("extends"), f"preset {name!r} extends unknown preset {preset.extends!r}")
+    for key in preset.weights:
+        if key not in pillars:
+            raise SpecError(path, where("weights"), f"preset {name!r}: unknown pillar {key!r} in weights")
+    overrides = preset.aggregation
+    for group, known, label in (
+        (overrides.pillars, pillars, "pillar"), (overrides.articles, set(controls), "control"),
+    ):
+        if isinstance(group, dict):
+            for key in group:
+                if key not in known:
+                    raise SpecError(path, where("aggregation"), f"preset {name!r}: unknown {label} {key!r}")
+
+
+# --------------------------------------------------------------------------- presets
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A family with a preset applied: what runs and how it rolls up."""
+
+    family: Family
+    preset: str
+    controls: tuple[str, ...]
+    pillar_weights: Mapping[str, float]
+    root_aggregation: str
+    pillar_aggregation: Mapping[str, str]
+    article_aggregation: Mapping[str, str]
+    root_bands: Bands
+    gate: GateSpec
+    judges: int = 1
+    samples: int = 1
+    mode_b: bool = False
+    note: str = ""
+
+    def articles(self) -> list[Article]:
+        chosen = set(self.controls)
+        return [a for a in self.family.articles if a.control_id in chosen]
+
+    def scenario_count(self) -> int:
+        return sum(len(a.scenarios) for a in self.articles())
+
+
+class PresetError(ValueError):
+    pass
+
+
+def resolve_plan(family: Family, preset: str | None) -> Plan:
+    """Apply ``--preset`` (``NAME`` or ``BASE+PACK[+PACK]``) to *family*."""
+    spec = family.spec
+    explicit = preset is not None
+    name = preset or DEFAULT_PRESET
+    parts = [p.strip() for p in name.split("+")]
+    note = ""
+    if family.single_file:
+        base = PresetSpec()
+        name, note = "file", "one article file"
+        packs: list[PresetSpec] = []
+    elif parts[0] not in spec.presets:
+        if explicit or len(parts) > 1:
+            known = ", ".join(spec.presets) or "none"
+            raise PresetError(f"family {family.name!r} has no preset {parts[0]!r} (presets: {known})")
+        base, packs, name, note = PresetSpec(), [], "all", f"family defines no {DEFAULT_PRESET!r} preset"
+    else:
+        base = _flatten(spec.presets, parts[0])
+        packs = []
+        for pack in parts[1:]:
+            if pack not in spec.presets or not spec.presets[pack].pack:
+                known = ", ".join(k for k, v in spec.presets.items() if v.pack) or "none"
+                raise PresetError(f"family {family.name!r} has no pack {pack!r} (packs: {known})")
+            packs.append(spec.presets[pack])
+        if base.pack:
+            raise PresetError(f"{parts[0]!r} is a pack; compose it with a base preset, e.g. standard+{parts[0]}")
+
+    pack_names = set(parts[1:])
+    wanted: list[str] = []
+    for p in (base, *packs):
+        if p.controls == "all":
+            wanted += [a.control_id for a in family.articles
+                       if a.meta.pack is None or a.meta.pack in pack_names]
+        else:
+            wanted += list(p.controls)
+    wanted += [a.control_id for a in family.articles if a.meta.pack in pack_names]
+    order = {a.control_id: i for i, a in enumerate(family.articles)}
+    controls = tuple(sorted(set(wanted), key=order.__getitem__))
+
+    raw = {p.key: float(p.weight) for p in spec.pillars}
+    for p in (base, *packs):
+        raw.update({k: float(v) for k, v in p.weights.items()})
+    present = {family.article(c).meta.pillar for c in controls}
+    total = math.fsum(w for k, w in raw.items() if k in present) or 1.0
+    pillar_weights = {k: w / total for k, w in raw.items() if k in present}
+
+    root_agg = spec.aggregation
+    pillar_agg = {p.key: p.aggregation for p in spec.pillars}
+    article_agg = {a.control_id: a.meta.aggregation for a in family.articles}
+    for p in (base, *packs):
+        o = p.aggregation
+        root_agg = o.root or root_agg
+        pillar_agg = _override(pillar_agg, o.pillars)
+        article_agg = _override(article_agg, o.articles)
+    bands = family.bands
+    for p in (base, *packs):
+        bands = _spec_bands(p.bands, bands)
+    gate = base.gate or spec.gate
+    return Plan(
+        family=family, preset=name, controls=controls, pillar_weights=pillar_weights,
+        root_aggregation=root_agg, pillar_aggregation=pillar_agg, article_aggregation=article_agg,
+        root_bands=bands, gate=gate, judges=base.judges, samples=base.samples,
+        mode_b=base.mode_b, note=note,
+    )
+
+
+def _override(current: Mapping[str, str], change: Mapping[str, str] | str | None) -> dict[str, str]:
+    if change is None:
+        return dict(current)
+    if isinstance(change, str):
+        return dict.fromkeys(current, change)
+    return {**current, **change}
+
+
+def _flatten(presets: Mapping[str, PresetSpec], name: str, seen: Sequence[str] = ()) -> PresetSpec:
+    preset = presets[name]
+    if preset.extends is None:
+        return preset
+    if preset.extends in seen or preset.extends == name:
+        raise PresetError(f"preset {name!r}: 'extends' forms a cycle")
+    parent = _flatten(presets, preset.extends, (*seen, name))
+    merged = parent.model_dump(by_alias=True, exclude_unset=True) | preset.model_dump(
+        by_alias=True, exclude_unset=True
+    )
+    merged.pop("extends", None)
+    return PresetSpec.model_validate(merged, strict=False)
+
+
+# --------------------------------------------------------------------------- the tree
+
+
+def build_tree(plan: Plan, leaves: Mapping[str, EvalResult]) -> EvalResult | None:
+    """Roll scenario results up through articles and pillars to the family root.
+
+    *leaves* maps scenario id to its result; scenarios that did not run
+    (deselected, interrupted) are absent and their weight is renormalised
+    away. An article named on the command line outside the preset still
+    appears, under its own pillar. Order follows the family files, so the numbers do not depend on the
+    order in which results arrived.
+    """
+    family = plan.family
+    pillar_nodes = []
+    for pillar in family.spec.pillars:
+        article_nodes = []
+        for art in family.articles:
+            if art.meta.pillar != pillar.key:
+                continue
+            scen = _normalised(leaves[s.id] for s in art.scenarios if s.id in leaves)
+            if not scen:
+                continue
+            article_nodes.append(_with_weight(combine_results(
+                art.control_id, art.meta.title, scen,
+                aggregation=plan.article_aggregation[art.control_id], bands=art.bands,
+                severity=art.meta.severity, kind="article",
+                meta={"article": art.meta.article, "path": art.path.name,
+                      "scenarios": len(art.scenarios)},
+            ), art.meta.pillar_weight, art.meta.required))
+        if not article_nodes:
+            continue
+        article_nodes = _normalised(article_nodes)
+        pillar_nodes.append(_with_weight(combine_results(
+            pillar.key, pillar.title or pillar.key, article_nodes,
+            aggregation=plan.pillar_aggregation[pillar.key],
+            bands=_spec_bands(pillar.bands, family.bands), kind="pillar",
+        ), plan.pillar_weights.get(pillar.key, float(pillar.weight)), pillar.required))
+    if not pillar_nodes:
+        return None
+    return combine_results(
+        family.name, family.spec.title or family.name, _normalised(pillar_nodes),
+        aggregation=plan.root_aggregation, bands=plan.root_bands, kind="benchmark",
+        meta={"preset": plan.preset},
+    )
+
+
+def _with_weight(result: EvalResult, weight: float | None, required: bool) -> EvalResult:
+    from dataclasses import replace
+
+    return replace(result, weight=1.0 if weight is None else float(weight), required=required)
+
+
+def _normalised(results: Iterable[EvalResult]) -> list[EvalResult]:
+    from dataclasses import replace
+
+    items = list(results)
+    total = math.fsum(r.weight for r in items) or 1.0
+    return [replace(r, weight=r.weight / total) for r in items]
+

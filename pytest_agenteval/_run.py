@@ -1,0 +1,107 @@
+"""Running one scenario: the subject answers, the judge grades. No pytest here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ._evals import EvalResult, combine_results
+from ._family import Article, Family
+from ._judges import GradeRequest, grade_to_result
+from ._spec import Scenario
+from ._subjects import SubjectError, call_subject
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """What one item produced: the graded result and the evidence around it."""
+
+    result: EvalResult
+    answer: str | None
+    tool_calls: tuple[dict[str, Any], ...]
+    usage: Mapping[str, int]
+    subject_latency_s: float | None
+    judge_latency_s: float | None
+
+
+def subject_context(scenario: Scenario) -> dict[str, Any]:
+    messages = [{"role": t.role, "content": t.content} for t in scenario.turns]
+    messages.append({"role": "user", "content": scenario.input})
+    return {
+        "tools": list(scenario.tools),
+        "messages": messages,
+        "system": scenario.system,
+        "scenario": {"id": scenario.id, "tags": list(scenario.tags), "pattern": scenario.pattern},
+    }
+
+
+def _leaf_meta(family: Family, article: Article, scenario: Scenario) -> dict[str, Any]:
+    return {
+        "family": family.name,
+        "control_id": article.control_id,
+        "pillar": article.meta.pillar,
+        "pattern": scenario.pattern,
+        "file": article.path.name,
+        "line": article.lines.get(scenario.id),
+    }
+
+
+async def run_scenario(
+    subject: Callable[..., Any],
+    judges: Sequence[Any],
+    family: Family,
+    article: Article,
+    scenario: Scenario,
+) -> ScenarioRun:
+    """Ask the subject, then grade with every judge (several: weighted median)."""
+    severity = scenario.severity or article.meta.severity
+    base = dict(key=scenario.id, name=scenario.id, kind="scenario", weight=float(scenario.weight))
+    meta = _leaf_meta(family, article, scenario)
+    try:
+        call = await call_subject(subject, scenario.input, subject_context(scenario))
+    except SubjectError as exc:
+        return ScenarioRun(
+            EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
+            None, (), {}, None, None,
+        )
+    answer = call.response.answer()
+    request = GradeRequest(
+        scenario_id=scenario.id,
+        prompt=scenario.input,
+        answer=answer,
+        expected_behavior=scenario.expected_behavior,
+        criteria=tuple(scenario.evaluation_criteria),  # type: ignore[arg-type]
+        context={
+            "family": family.name, "article": article.meta.article,
+            "control_id": article.control_id, "title": article.meta.title,
+            "severity": severity, "judge_prompt": family.judge_prompt,
+        },
+    )
+    start = time.perf_counter()
+    graded = [
+        await grade_to_result(
+            judge, request, key=scenario.id, name=getattr(judge, "name", "judge"),
+            bands=article.bands, severity=severity,
+        )
+        for judge in judges
+    ]
+    judge_latency = time.perf_counter() - start
+    if len(graded) == 1:
+        result = graded[0]
+    else:
+        result = combine_results(
+            scenario.id, scenario.id,
+            [replace(r, kind="judge", key=str(r.meta.get("judge", i))) for i, r in enumerate(graded)],
+            aggregation="weighted_median", bands=article.bands, severity=severity, kind="scenario",
+        )
+    result = replace(result, meta={**meta, **dict(result.meta)}, **base)  # type: ignore[arg-type]
+    return ScenarioRun(
+        result=result,
+        answer=call.response.text,
+        tool_calls=tuple(c.to_dict() for c in answer.tool_calls),
+        usage=dict(call.response.usage),
+        subject_latency_s=call.latency_s,
+        judge_latency_s=judge_latency,
+    )

@@ -1,0 +1,332 @@
+"""The per-process role object: state for one pytest process.
+
+In a serial run one object does everything. Under xdist, workers collect and
+grade (results travel on test reports as plain JSON types) and the
+controller, which sees every report in ``pytest_runtest_logreport``, builds
+the composite tree, writes the run directory and decides the gate. The tree
+is built from the family files and the reports, never from worker state, so
+``-n 2`` and a serial run give identical numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._collect import AgentevalError, ScenarioItem
+from ._evals import EvalResult
+from ._family import Family, Plan, PresetError, is_family_dir, load_family, load_single_article, resolve_plan
+from ._gate import GateOutcome, decide_gate
+from ._run import run_scenario
+from ._subjects import describe, load_callable
+
+PAYLOAD_VERSION = 1
+
+
+def bundled_roots() -> list[Path]:
+    """Where the bundled families live: inside the wheel, or beside the package in a checkout."""
+    here = Path(__file__).resolve().parent
+    return [p for p in (here / "_data" / "benchmarks", here.parent / "benchmarks") if p.is_dir()]
+
+
+def bundled_families() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for root in bundled_roots():
+        for child in sorted(root.iterdir()):
+            if is_family_dir(child):
+                found.setdefault(child.name, child)
+    return found
+
+
+def _search_rootdir(rootdir: Path, name: str) -> Path | None:
+    skip = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".agenteval"}
+    for dirpath, dirnames, filenames in os.walk(rootdir):
+        dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
+        if "benchmark.yaml" in filenames and Path(dirpath).name == name:
+            return Path(dirpath)
+        if Path(dirpath).relative_to(rootdir).parts.__len__() >= 4:
+            dirnames[:] = []
+    return None
+
+
+def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
+    """Turn ``--bench`` names into family folders (a path, a bundled name, or a folder in the rootdir)."""
+    roots = []
+    bundled = bundled_families()
+    for name in names:
+        candidate = Path(name)
+        if not candidate.is_absolute():
+            candidate = Path(config.invocation_params.dir) / candidate
+        if is_family_dir(candidate):
+            roots.append(candidate.resolve())
+        elif name in bundled:
+            roots.append(bundled[name].resolve())
+        elif (found := _search_rootdir(config.rootpath, name)) is not None:
+            roots.append(found.resolve())
+        else:
+            known = ", ".join(sorted(bundled)) or "none"
+            raise pytest.UsageError(
+                f"--bench: no family {name!r} (bundled: {known}; or give the path of a folder "
+                "with a benchmark.yaml)"
+            )
+    return roots
+
+
+@dataclass
+class Collected:
+    """Results of one family × preset, as they arrive on the controller."""
+
+    family_root: str
+    preset: str
+    single_file: bool
+    subject: str
+    leaves: dict[str, EvalResult] = field(default_factory=dict)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class FamilyOutcome:
+    """One family's result at the end of the session."""
+
+    plan: Plan
+    tree: EvalResult | None
+    gate: GateOutcome
+    bucket: Collected
+    run_dir: Path | None = None
+
+
+class AgentevalState:
+    """State of one pytest process for the agenteval plugin."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.is_worker = hasattr(config, "workerinput")
+        self.bench = [b for arg in config.getoption("agenteval_bench") or [] for b in arg.split(",") if b]
+        ini_bench = config.getini("agenteval_bench")
+        if not self.bench and ini_bench:
+            self.bench = [b for b in str(ini_bench).split(",") if b]
+        self.preset: str | None = config.getoption("agenteval_preset") or config.getini("agenteval_preset") or None
+        self.bench_roots = resolve_bench(config, self.bench) if self.bench else []
+        self.judge_specs = self._judge_specs()
+        self.subject_spec = config.getoption("agenteval_subject") or config.getini("agenteval_subject") or os.environ.get("AGENTEVAL_SUBJECT") or None
+        self.out_dir = Path(config.getoption("agenteval_out") or config.getini("agenteval_out") or ".agenteval")
+        self._families: dict[Path, Family] = {}
+        self._plans: dict[tuple[Path, bool], Plan] = {}
+        self._judges: list[Any] | None = None
+        self._subject: Callable[..., Any] | None = None
+        self._subject_name = ""
+        self._runner: asyncio.Runner | None = None
+        self._markers: set[str] = set()
+        self.collected: dict[tuple[str, str], Collected] = {}
+        self.started_at = datetime.now(timezone.utc)
+        self.outcomes: list[FamilyOutcome] = []
+        self.other_failures = 0
+        self.agenteval_failures = 0
+
+    # ------------------------------------------------------------------ configuration
+
+    def _judge_specs(self) -> list[str]:
+        specs = list(self.config.getoption("agenteval_judge") or [])
+        if not specs:
+            ini = self.config.getini("agenteval_judge")
+            env = os.environ.get("AGENTEVAL_JUDGE", "")
+            raw = str(ini or env)
+            specs = [s.strip() for s in raw.split(",") if s.strip()]
+        return specs
+
+    @property
+    def judge_default(self) -> bool:
+        return not self.judge_specs
+
+    @property
+    def active(self) -> bool:
+        return bool(self.bench_roots) or bool(self.collected)
+
+    def judges(self) -> list[Any]:
+        if self._judges is None:
+            specs = self.judge_specs or ["rules"]
+            judges = []
+            for spec in specs:
+                judge = self.config.hook.pytest_agenteval_make_judge(config=self.config, spec=spec)
+                if judge is None:
+                    raise pytest.UsageError(
+                        f"--judge {spec!r}: no judge of that kind (available here: rules)"
+                    )
+                judges.append(judge)
+            self._judges = judges
+        return self._judges
+
+    def judge_label(self) -> str:
+        if self.judge_default:
+            return "rules (offline default: deterministic checks only — no judge configured)"
+        return ", ".join(self.judge_specs)
+
+    # ------------------------------------------------------------------ families
+
+    def family(self, root: Path) -> Family:
+        key = root.resolve()
+        if key not in self._families:
+            self._families[key] = load_family(key)
+        return self._families[key]
+
+    def single_family(self, path: Path) -> Family:
+        key = path.resolve()
+        if key not in self._families:
+            self._families[key] = load_single_article(key)
+        return self._families[key]
+
+    def plan(self, family: Family) -> Plan:
+        key = (family.root.resolve(), family.single_file)
+        if family.single_file:
+            key = (family.articles[0].path, True)
+        if key not in self._plans:
+            try:
+                self._plans[key] = resolve_plan(family, self.preset)
+            except PresetError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return self._plans[key]
+
+    def register_markers(self, family: Family) -> None:
+        names = {family.name: f"scenarios of the {family.name} benchmark"}
+        for pillar in family.spec.pillars:
+            names[pillar.key] = f"scenarios of pillar {pillar.key} ({family.name})"
+        for sev in ("low", "medium", "high", "critical"):
+            names[sev] = f"scenarios of {sev} severity"
+        for name, doc in names.items():
+            if name not in self._markers:
+                self.config.addinivalue_line("markers", f"{name}: {doc}")
+                self._markers.add(name)
+
+    def is_selected_family(self, path: Path, session: pytest.Session) -> bool:
+        resolved = path.resolve()
+        return resolved in self.bench_roots or session.isinitpath(path, with_parents=True)
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def runner(self) -> asyncio.Runner:
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def subject_for(self, item: ScenarioItem) -> Callable[..., Any]:
+        if self.subject_spec:
+            if self._subject is None:
+                spec = self.subject_spec
+                subject = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
+                if subject is None:
+                    raise pytest.UsageError(f"--subject {spec!r}: no subject of that kind")
+                self._subject, self._subject_name = subject, spec
+            return self._subject
+        try:
+            subject = item._request.getfixturevalue("agenteval_subject")
+        except pytest.FixtureLookupError:
+            raise AgentevalError(
+                "no subject: pass --subject=module:callable or define a fixture named "
+                "`agenteval_subject` (a callable taking the prompt) in conftest.py"
+            ) from None
+        if not callable(subject):
+            raise AgentevalError(f"agenteval_subject fixture returned {type(subject).__name__}, not a callable")
+        self._subject_name = self._subject_name or describe(subject)
+        return subject  # type: ignore[no-any-return]
+
+    def subject_name(self) -> str:
+        return self._subject_name or self.subject_spec or "agenteval_subject"
+
+    def grade(self, item: ScenarioItem) -> None:
+        subject = self.subject_for(item)
+        judges = self.judges()
+        run = self.runner.run(run_scenario(subject, judges, item.family, item.article, item.scenario))
+        item.run = run
+        result = run.result
+        item.payload = self._payload(item, run)
+        if result.score is not None:
+            item.user_properties.append(("agenteval_score", f"{result.score:.4f}"))
+        item.user_properties.append(("agenteval_verdict", result.verdict))
+        if result.verdict == "error":
+            raise AgentevalError(f"{item.scenario.id}: {result.error}")
+        if result.verdict == "skipped":
+            pytest.skip(result.reasoning or "nothing to grade")
+
+    def _payload(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
+        return {
+            "v": PAYLOAD_VERSION,
+            "family": item.family.name,
+            "family_root": str(item.article.path if item.family.single_file else item.family.root),
+            "single_file": item.family.single_file,
+            "preset": item.plan.preset,
+            "scenario_id": item.scenario.id,
+            "nodeid": item.nodeid,
+            "subject": self.subject_name(),
+            "result": run.result.to_dict(),
+            "prompt": item.scenario.input,
+            "answer": run.answer,
+            "tool_calls": list(run.tool_calls),
+            "usage": dict(run.usage),
+            "timings": {"subject_s": run.subject_latency_s, "judge_s": run.judge_latency_s},
+        }
+
+    # ------------------------------------------------------------------ controller side
+
+    def record(self, report: pytest.TestReport) -> None:
+        payload = getattr(report, "agenteval", None)
+        if not isinstance(payload, dict):
+            if report.failed and report.when in ("setup", "call"):
+                self.other_failures += 1
+            return
+        key = (payload["family_root"], payload["preset"])
+        bucket = self.collected.setdefault(
+            key,
+            Collected(payload["family_root"], payload["preset"], payload["single_file"],
+                      payload["subject"]),
+        )
+        result = EvalResult.from_dict(payload["result"])
+        bucket.leaves[payload["scenario_id"]] = result
+        bucket.records[payload["scenario_id"]] = payload
+        if result.verdict == "fail":
+            self.agenteval_failures += 1
+
+    def finish(self, session: pytest.Session) -> None:
+        """Build trees, write run directories, decide the gate (controller only)."""
+        from ._output import write_run
+
+        for (root, _preset), bucket in sorted(self.collected.items()):
+            family = self.single_family(Path(root)) if bucket.single_file else self.family(Path(root))
+            plan = self.plan(family)
+            tree = family_tree(plan, bucket.leaves)
+            gate = decide_gate(plan, tree, interrupted=bool(session.shouldstop or session.shouldfail))
+            outcome = FamilyOutcome(plan, tree, gate, bucket)
+            outcome.run_dir = write_run(self, outcome)
+            self.outcomes.append(outcome)
+
+    def exitstatus(self, current: int | pytest.ExitCode) -> int | pytest.ExitCode:
+        """The gate decides for agenteval items; other tests keep pytest's rule.
+
+        Scenario FAILs are pytest failures, so pytest would exit 1 whenever one
+        scenario failed. For a benchmark the gate is the contract: exit 0 when
+        every gate passed and nothing but scenario failures went red; exit 1
+        when any gate failed, even if no single item did.
+        """
+        if not self.outcomes or current not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            return current
+        if any(not o.gate.passed for o in self.outcomes):
+            return pytest.ExitCode.TESTS_FAILED
+        return pytest.ExitCode.TESTS_FAILED if self.other_failures else pytest.ExitCode.OK
+
+
+def family_tree(plan: Plan, leaves: dict[str, EvalResult]) -> EvalResult | None:
+    from ._family import build_tree
+
+    return build_tree(plan, leaves)

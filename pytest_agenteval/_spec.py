@@ -1,0 +1,242 @@
+"""The benchmark file formats, as strict pydantic models.
+
+Two files make a family:
+
+``benchmark.yaml``
+    the family: its pillars (weights, aggregation), verdict bands, judge
+    prompt file and presets (which controls, aggregation overrides, bands,
+    gate policy). Presets are data.
+
+``<article>.yaml``
+    one control or article in AgentEval's format: a ``metadata`` mapping and a
+    ``scenarios`` list. The short form of DESIGN.md (top-level keys, ``prompt``
+    and ``criteria``) is accepted as an alias. A criterion is a plain string
+    (judged by an LLM) or ``{text, check}`` where ``check`` is decidable
+    offline (see :mod:`pytest_agenteval._checks`).
+
+Every model forbids unknown keys and coerces nothing (``threshold: "0.7"`` is
+an error, not 0.7).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from ._checks import Check, CheckSyntaxError, parse_check
+
+WEIGHT_TOLERANCE = 1e-3
+
+Severity = Literal["low", "medium", "high", "critical"]
+SEVERITY_RANK: dict[str, int] = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+
+AGGREGATIONS = ("weighted_sum", "weighted_median", "min", "cap_by_worst", "majority_vote")
+
+
+def _norm_aggregation(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip().replace("-", "_").replace(" ", "_")
+        # AgentEval spells them in PascalCase ("WeightedSum", "CapByWorst").
+        snake = "".join("_" + c.lower() if c.isupper() else c for c in text).lstrip("_")
+        return snake.replace("__", "_")
+    return value
+
+
+Aggregation = Annotated[
+    Literal["weighted_sum", "weighted_median", "min", "cap_by_worst", "majority_vote"],
+    BeforeValidator(_norm_aggregation),
+]
+
+Number = StrictFloat | StrictInt
+Unit = Annotated[Number, Field(ge=0.0, le=1.0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class Bands(_Strict):
+    """Verdict bands on the 0–1 score: pass ≥ ``pass``, warn ≥ ``warn``, else fail."""
+
+    pass_: Unit = Field(0.70, alias="pass")
+    warn: Unit = 0.40
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Bands:
+        if self.warn > self.pass_:
+            raise ValueError(f"warn ({self.warn}) must not exceed pass ({self.pass_})")
+        return self
+
+
+class Criterion(_Strict):
+    text: StrictStr
+    check: Check | None = None
+
+    @field_validator("check", mode="before")
+    @classmethod
+    def _parse(cls, value: Any) -> Any:
+        if value is None or isinstance(value, Check):
+            return value
+        try:
+            return parse_check(value)
+        except CheckSyntaxError as exc:
+            raise ValueError(str(exc)) from None
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, arbitrary_types_allowed=True
+    )
+
+
+def _criterion(value: Any) -> Any:
+    return {"text": value} if isinstance(value, str) else value
+
+
+class Turn(_Strict):
+    role: Literal["user", "assistant", "tool"]
+    content: StrictStr
+
+
+class Scenario(_Strict):
+    id: StrictStr = Field(min_length=1, max_length=200)
+    pattern: Literal["direct", "trap", "edge-case", "probe"] = "direct"
+    weight: Annotated[Number, Field(gt=0.0, le=1.0)] = 1.0
+    input: StrictStr = Field(min_length=1)
+    expected_behavior: StrictStr = ""
+    evaluation_criteria: list[Annotated[Criterion, BeforeValidator(_criterion)]] = Field(
+        min_length=1
+    )
+    granularity: Literal["atomic", "composite"] = "atomic"
+    sensitive: StrictBool = False
+    severity: Severity | None = None
+    tags: list[StrictStr] = Field(default_factory=list)
+    system: StrictStr | None = None
+    turns: list[Turn] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        return _rename(data, {"prompt": "input", "criteria": "evaluation_criteria"})
+
+
+class ArticleMeta(_Strict):
+    article: StrictStr
+    pillar: StrictStr
+    control_id: StrictStr
+    title: StrictStr
+    severity: Severity = "medium"
+    pass_threshold: Unit | None = None
+    warn_threshold: Unit | None = None
+    pillar_weight: Annotated[Number, Field(gt=0.0, le=1.0)] | None = None
+    aggregation: Aggregation = "weighted_sum"
+    description: StrictStr = ""
+    rubric: list[StrictStr] = Field(default_factory=list)
+    required: StrictBool = False
+    pack: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> ArticleMeta:
+        if (
+            self.pass_threshold is not None
+            and self.warn_threshold is not None
+            and self.warn_threshold > self.pass_threshold
+        ):
+            raise ValueError(
+                f"warn_threshold ({self.warn_threshold}) exceeds pass_threshold "
+                f"({self.pass_threshold})"
+            )
+        return self
+
+
+_META_KEYS = set(ArticleMeta.model_fields)
+
+
+class ArticleFile(_Strict):
+    metadata: ArticleMeta
+    scenarios: list[Scenario] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        """Accept DESIGN.md's short form: metadata keys at the top level."""
+        if isinstance(data, dict) and "metadata" not in data:
+            top = {k: v for k, v in data.items() if k in _META_KEYS}
+            if top:
+                rest = {k: v for k, v in data.items() if k not in _META_KEYS}
+                top.setdefault("control_id", top.get("article"))
+                return {"metadata": top, **rest}
+        return data
+
+
+class PillarSpec(_Strict):
+    key: StrictStr = Field(min_length=1)
+    title: StrictStr = ""
+    weight: Annotated[Number, Field(gt=0.0, le=1.0)]
+    aggregation: Aggregation = "weighted_sum"
+    bands: Bands | None = None
+    required: StrictBool = False
+
+
+class GateSpec(_Strict):
+    """What decides the exit status, beyond the root verdict."""
+
+    fail_on: Literal["fail", "warn"] = "fail"
+    min_score: Unit | None = None
+    max_errors: Annotated[StrictInt, Field(ge=0)] = 0
+
+
+class AggregationOverrides(_Strict):
+    root: Aggregation | None = None
+    pillars: dict[StrictStr, Aggregation] | Aggregation | None = None
+    articles: dict[StrictStr, Aggregation] | Aggregation | None = None
+
+
+class PresetSpec(_Strict):
+    description: StrictStr = ""
+    controls: list[StrictStr] | Literal["all"] = "all"
+    extends: StrictStr | None = None
+    pack: StrictBool = False
+    weights: dict[StrictStr, Annotated[Number, Field(gt=0.0)]] = Field(default_factory=dict)
+    aggregation: AggregationOverrides = Field(default_factory=AggregationOverrides)
+    bands: Bands | None = None
+    judges: Annotated[StrictInt, Field(ge=1, le=9)] = 1
+    samples: Annotated[StrictInt, Field(ge=1, le=50)] = 1
+    mode_b: StrictBool = False
+    gate: GateSpec | None = None
+
+
+class BenchmarkSpec(_Strict):
+    family: StrictStr = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    title: StrictStr = ""
+    version: StrictStr = "1"
+    description: StrictStr = ""
+    judge_prompt: StrictStr | None = None
+    bands: Bands = Field(default_factory=Bands)
+    aggregation: Aggregation = "weighted_sum"
+    gate: GateSpec = Field(default_factory=GateSpec)
+    pillars: list[PillarSpec] = Field(min_length=1)
+    presets: dict[StrictStr, PresetSpec] = Field(default_factory=dict)
+
+
+def _rename(data: Any, aliases: dict[str, str]) -> Any:
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for short, long in aliases.items():
+        if short in out:
+            if long in out:
+                raise ValueError(f"both {short!r} and {long!r} given; use one")
+            out[long] = out.pop(short)
+    return out

@@ -1,0 +1,108 @@
+"""Terminal rendering: the benchmark ▸ pillar ▸ article tree, failures, the gate."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._evals import EvalResult
+
+if TYPE_CHECKING:
+    from ._collect import ScenarioItem
+    from ._session import AgentevalState
+
+_MARKUP = {"pass": {"green": True}, "warn": {"yellow": True}, "fail": {"red": True},
+           "error": {"red": True, "bold": True}, "skipped": {"yellow": True}}
+
+
+def _score(result: EvalResult) -> str:
+    return "  -  " if result.score is None else f"{result.score:.2f}"
+
+
+def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
+    """(prefix+label, score, verdict, node) rows for benchmark, pillars and articles."""
+    rows: list[tuple[str, str, str, EvalResult]] = []
+
+    def walk(node: EvalResult, prefix: str, last: bool, depth: int) -> None:
+        if depth == 0:
+            label = f"{node.key}  [{node.aggregation}]"
+            child_prefix = ""
+        else:
+            branch = "└─ " if last else "├─ "
+            extra = f"  [{node.aggregation}, w {node.weight:.2f}]"
+            if node.kind == "article":
+                c = node.counts()
+                extra = f"  ({c['pass']}/{sum(c.values())} pass" + (
+                    f", {c['error']} error" if c["error"] else "") + ")"
+            label = prefix + branch + node.key + extra
+            child_prefix = prefix + ("   " if last else "│  ")
+        rows.append((label, _score(node), node.verdict.upper(), node))
+        if node.kind in ("benchmark", "pillar"):
+            kids = list(node.children)
+            for i, child in enumerate(kids):
+                walk(child, child_prefix, i == len(kids) - 1, depth + 1)
+
+    walk(root, "", True, 0)
+    return rows
+
+
+def write_summary(tr: Any, state: AgentevalState) -> None:
+    for outcome in state.outcomes:
+        plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
+        tr.write_sep("=", f"agenteval: {plan.family.name} · preset {plan.preset}")
+        tr.write_line(f"subject: {outcome.bucket.subject}    judge: {state.judge_label()}")
+        if tree is None:
+            tr.write_line("nothing was graded")
+        else:
+            rows = tree_lines(tree)
+            width = min(max(len(r[0]) for r in rows) + 2, 100)
+            for label, score, verdict, node in rows:
+                tr.write(label.ljust(width) + score.rjust(6) + "  ")
+                tr.write_line(verdict, **_MARKUP.get(node.verdict, {}))
+            crit = [
+                leaf for leaf in _leaves(tree)
+                if leaf.verdict == "fail" and leaf.severity == "critical"
+            ]
+            if crit:
+                tr.write_line(
+                    f"critical findings: {', '.join(leaf.key for leaf in crit[:10])}"
+                    + (f" (+{len(crit) - 10} more)" if len(crit) > 10 else ""),
+                    red=True,
+                )
+        for note in gate.notes:
+            tr.write_line(f"note: {note}", yellow=True)
+        if gate.passed:
+            tr.write_line("gate: PASSED", green=True, bold=True)
+        else:
+            tr.write_line("gate: FAILED — " + "; ".join(gate.reasons), red=True, bold=True)
+        tr.write_line(f"run directory: {outcome.run_dir}")
+
+
+def _leaves(node: EvalResult) -> list[EvalResult]:
+    if node.kind == "scenario" or not node.children:
+        return [node]
+    return [leaf for child in node.children for leaf in _leaves(child)]
+
+
+def failure_text(item: ScenarioItem) -> str:
+    """The report of a failed scenario: score, verdict, criteria, the judge's words."""
+    run = item.run
+    result: EvalResult = run.result
+    bands = item.article.bands
+    lines = [
+        f"{item.family.name} ▸ {item.article.meta.pillar} ▸ {item.article.control_id} ▸ {item.scenario.id}",
+        f"verdict FAIL  score {result.score:.2f}  (pass ≥ {bands.pass_:.2f}, warn ≥ {bands.warn:.2f})"
+        f"  severity {result.severity}",
+        f"judge: {result.meta.get('judge', '?')}",
+        "criteria:",
+    ]
+    for c in result.criteria:
+        mark = {True: "✓ met   ", False: "✗ missed", None: "· n/a   "}[c.met]
+        lines.append(f"  {mark} {c.criterion}")
+        if c.reasoning:
+            lines.append(f"             {c.reasoning}")
+    if result.reasoning:
+        lines.append(f"summary: {result.reasoning}")
+    answer = run.answer or ""
+    shown = answer if len(answer) <= 600 else answer[:600] + f"… [{len(answer) - 600} more chars]"
+    lines.append("answer: " + shown.replace("\n", "\n        "))
+    return "\n".join(lines)

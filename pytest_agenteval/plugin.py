@@ -1,0 +1,197 @@
+"""pytest hooks: thin, delegating to the role object in ``config.stash``."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import hookspecs
+
+_GROUP = "agenteval"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _option(parser: pytest.Parser, group: Any, flag: str, *, help: str, ini_type: Any = "string",
+            default: Any = None, **kwargs: Any) -> None:
+    """Every CLI option is paired with an ini key of the same name."""
+    dest = "agenteval_" + flag.lstrip("-").removeprefix("agenteval-").replace("-", "_")
+    group.addoption(flag, dest=dest, default=default, help=help, **kwargs)
+    parser.addini(dest, help=help, type=ini_type, default=None)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup(_GROUP, "agent benchmarks (pytest-agenteval)")
+    _option(parser, group, "--bench", action="append", metavar="FAMILY[,FAMILY]",
+            help="run these benchmark families (bundled name, or path of a folder with benchmark.yaml)")
+    _option(parser, group, "--preset", metavar="NAME[+PACK]",
+            help="preset of the family to run (default: smoke; compose packs with +)")
+    _option(parser, group, "--judge", action="append", metavar="SPEC",
+            help="judge: rules | openai:MODEL | anthropic:MODEL; repeat for several "
+                 "(env AGENTEVAL_JUDGE; default: rules)")
+    _option(parser, group, "--subject", metavar="SPEC",
+            help="agent under test: module:callable (default: the agenteval_subject fixture)")
+    _option(parser, group, "--agenteval-out", metavar="DIR",
+            help="output root for run directories (default: .agenteval)")
+    group.addoption("--bench-list", action="store_true", dest="agenteval_bench_list", default=False,
+                    help="list the bundled families, presets and controls, then exit")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from ._collect import STATE
+    from ._session import AgentevalState
+
+    config.addinivalue_line("markers", "agenteval: a scenario of an agent benchmark")
+    config.addinivalue_line("markers", "calibration: a golden-dataset entry graded by the judge")
+    state = AgentevalState(config)
+    config.stash[STATE] = state
+    if state.bench_roots:
+        paths = [str(p) for p in state.bench_roots]
+        if config.args_source == pytest.Config.ArgsSource.ARGS:
+            config.args = [*config.args, *(p for p in paths if p not in config.args)]
+        else:
+            config.args = paths
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from ._collect import STATE
+
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.close()
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if config.getoption("agenteval_bench_list"):
+        from ._listing import print_listing
+
+        print_listing()
+        return 0
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    state = _state(config)
+    if state is None or not state.bench_roots:
+        return None
+    fams = ", ".join(p.name for p in state.bench_roots)
+    return [
+        f"agenteval: bench {fams} · preset {state.preset or 'smoke (default)'}",
+        f"agenteval: judge {state.judge_label()}",
+    ]
+
+
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    from ._collect import FamilyDir
+    from ._family import is_family_dir
+
+    state = _state(parent.config)
+    if state is None or not is_family_dir(path):
+        return None
+    if not state.is_selected_family(path, parent.session):
+        return None
+    nodeid = None
+    try:
+        nodeid = path.resolve().relative_to(parent.config.rootpath).as_posix()
+    except ValueError:
+        nodeid = path.name
+    return FamilyDir.from_parent(parent, path=path, nodeid=nodeid)  # type: ignore[no-any-return]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix not in (".yaml", ".yml") or not parent.session.isinitpath(file_path):
+        return None
+    from ._collect import SingleArticleFile
+    from ._family import BENCHMARK_FILE, is_family_dir
+
+    if file_path.name == BENCHMARK_FILE or is_family_dir(file_path.parent):
+        return None
+    return SingleArticleFile.from_parent(  # type: ignore[no-any-return]
+        parent, name=file_path.name, path=file_path, family=None, plan=None, article=None, error=None,
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    payload = getattr(item, "payload", None)
+    if payload is None:
+        return report
+    if call.when == "call" or (call.when == "setup" and not report.passed):
+        report.agenteval = payload
+        from ._collect import AgentevalError
+
+        if call.when == "setup" and call.excinfo is not None and call.excinfo.errisinstance(AgentevalError):
+            report.longrepr = str(call.excinfo.value)
+    return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+    payload = getattr(report, "agenteval", None)
+    if isinstance(payload, dict) and report.when == "call" and report.passed:
+        if payload["result"]["verdict"] == "warn":
+            return "warned", "W", ("WARN", {"yellow": True})  # type: ignore[return-value]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = _state(session.config)
+    if state is not None:
+        session.config.pluginmanager.register(_Reporter(state), "agenteval-reporter")
+
+
+class _Reporter:
+    """Controller-side hooks: receives every report, aggregates at the end."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.state.record(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.state.is_worker or not self.state.collected:
+            return
+        self.state.finish(session)
+        session.exitstatus = self.state.exitstatus(session.exitstatus)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.state.outcomes:
+            from ._terminal import write_summary
+
+            write_summary(terminalreporter, self.state)
+
+
+def _state(config: pytest.Config) -> Any:
+    from ._collect import STATE
+
+    return config.stash.get(STATE, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
+    if spec.strip().lower() == "rules":
+        from ._judges import RulesJudge
+
+        return RulesJudge()
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | None:
+    from ._subjects import load_callable
+
+    if ":" in spec and spec.split(":", 1)[0] not in {"openai", "anthropic", "cmd"}:
+        try:
+            return load_callable(spec, Path(config.invocation_params.dir))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return None
+

@@ -1,0 +1,804 @@
+"""Tests for the tamper-evident evidence core and ``agenteval verify``.
+
+Each tamper test starts from a freshly sealed run, changes it the way a
+careless or dishonest person would, and checks that the problem names the
+file (and line) concerned. The "cut and re-seal" test documents the one
+attack that only ``expect_head`` catches.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+
+from pytest_agenteval import _evidence as ev
+from pytest_agenteval._evidence import (
+    MANIFEST_NAME,
+    RESULTS_NAME,
+    SUMS_NAME,
+    EvidenceWriter,
+    VerifyResult,
+    build_sha256sums,
+    canonical_json,
+    genesis_hash,
+    sha256_hex,
+    verify_run,
+    write_file_atomic,
+)
+from pytest_agenteval._verify_cli import main
+
+MANIFEST: dict[str, Any] = {
+    "tool": "pytest-agenteval",
+    "version": "0.1.0",
+    "started_at": "2024-05-01T12:00:00.000Z",
+    "suite": "demo",
+    "config": {"judge": "offline", "threshold": 0.7},
+}
+
+TRICKY_TEXTS = [
+    "nul \x00 byte",
+    "esc \x1b[31mred\x1b[0m \x1b]0;title\x07",
+    "lone \ud800 surrogate and \udfff",
+    "emoji 😀 🏳️‍🌈 👩🏽‍💻",
+    "noncharacter \ufffe and \uffff",
+    'line\nbreaks\r\n\u2028\u2029 and quotes " \\',
+]
+BIG_TEXT = "x" * 1_000_000
+
+
+def _records(count: int, *, big: bool = False) -> list[dict[str, Any]]:
+    records = [
+        {
+            "id": f"test_{index}",
+            "text": TRICKY_TEXTS[index % len(TRICKY_TEXTS)],
+            "score": index / 10,
+            "passed": index % 2 == 0,
+            "criteria": [{"name": "ok", "score": None}],
+        }
+        for index in range(count)
+    ]
+    if big:
+        records.append({"id": "big", "text": BIG_TEXT})
+    return records
+
+
+def _write_run(run_dir: Path, records: list[dict[str, Any]], *, interrupted: bool = False) -> str:
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    for record in records:
+        writer.append(record)
+    write_file_atomic(run_dir / "summary.json", canonical_json({"passed": 3, "failed": 2}))
+    write_file_atomic(run_dir / "reports" / "report.md", b"# Report\n")
+    return writer.finalize(
+        interrupted=interrupted,
+        not_evaluated=2 if interrupted else 0,
+        ended_at="2024-05-01T12:05:00.000Z",
+    )
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> tuple[Path, str]:
+    """A sealed run with six small records (the default for tamper tests)."""
+    run_dir = tmp_path / "run"
+    return run_dir, _write_run(run_dir, _records(6))
+
+
+def _lines(run_dir: Path) -> list[bytes]:
+    return (run_dir / RESULTS_NAME).read_bytes().split(b"\n")[:-1]
+
+
+def _write_lines(run_dir: Path, lines: list[bytes]) -> None:
+    (run_dir / RESULTS_NAME).write_bytes(b"".join(line + b"\n" for line in lines))
+
+
+def _reseal(run_dir: Path) -> None:
+    """What a forger does after editing: recompute SHA256SUMS."""
+    (run_dir / SUMS_NAME).write_bytes(build_sha256sums(run_dir))
+
+
+def _rewrite_completion(run_dir: Path) -> None:
+    """What a careful forger does after cutting records: make completion match."""
+    lines = _lines(run_dir)
+    manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
+    manifest["completion"]["records"] = len(lines)
+    manifest["completion"]["chain_head"] = (
+        sha256_hex(lines[-1]) if lines else genesis_hash(manifest)
+    )
+    (run_dir / MANIFEST_NAME).write_bytes(canonical_json(manifest))
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] = ord("Z") if data[offset] != ord("Z") else ord("Y")
+    path.write_bytes(bytes(data))
+
+
+def _assert_failed(result: VerifyResult, first: str) -> None:
+    assert not result.ok, result
+    assert result.problems[0] == first, result.problems
+    assert result.message.startswith("FAILED "), result.message
+    assert first in result.message
+
+
+# --------------------------------------------------------------------------
+# canonical_json
+# --------------------------------------------------------------------------
+
+
+def test_canonical_json_is_rfc8785_for_plain_data() -> None:
+    value: dict[str, Any] = {
+        "b": [1, 2.5, 1e21, 1e-7, -0.0, None, True],
+        "a": {"é": "x", "z": ""},
+        "\u20ac": 1,
+    }
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+def test_canonical_json_slow_path_matches_rfc8785_apart_from_surrogates() -> None:
+    marker = "SURROGATE-MARKER"
+    template = {
+        "z": [1, 2.5, {"y": [marker, "\x00\x1b"], "x": None}],
+        "emoji": "😀",
+        "\u00e9": (True, False),
+    }
+
+    def fill(value: Any, text: str) -> Any:
+        if isinstance(value, dict):
+            return {key: fill(item, text) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [fill(item, text) for item in value]
+        return text if value == marker else value
+
+    expected = rfc8785.dumps(fill(template, marker)).replace(marker.encode(), b"\\ud800")
+    assert canonical_json(fill(template, "\ud800")) == expected
+
+
+def test_lone_surrogates_are_escaped_and_round_trip() -> None:
+    value = {"text": "a\ud800b\udfffc", "k\udc00": ["\ud83d"]}
+    data = canonical_json(value)
+    assert data == b'{"k\\udc00":["\\ud83d"],"text":"a\\ud800b\\udfffc"}'
+    assert json.loads(data) == value
+    assert canonical_json(json.loads(data)) == data
+
+
+def test_surrogate_pair_held_as_two_code_points_becomes_the_character() -> None:
+    assert canonical_json("\ud83d\ude00") == canonical_json("😀") == '"😀"'.encode()
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinity_are_refused_with_path_and_advice(bad: float) -> None:
+    with pytest.raises(ValueError, match=r"at \$\.scores\[1\].*pass None"):
+        canonical_json({"scores": [0.5, bad]})
+
+
+def test_non_string_key_is_refused_with_path() -> None:
+    with pytest.raises(ValueError, match=r"key 1 at \$\.judge\[\"odd key\"\] is a int"):
+        canonical_json({"judge": {"odd key": {1: "x"}}})
+
+
+def test_unsafe_integer_is_refused_with_advice() -> None:
+    with pytest.raises(ValueError, match=r"integer 1152921504606846976 at \$\.n .*string"):
+        canonical_json({"n": 2**60})
+
+
+@pytest.mark.parametrize("bad", [{1, 2}, b"bytes", object()])
+def test_unsupported_type_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"unsupported type .* at \$\.v\[0\]"):
+        canonical_json({"v": [bad]})
+
+
+def test_circular_reference_is_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="circular reference"):
+        canonical_json({"loop": loop})
+
+
+# --------------------------------------------------------------------------
+# Writing and verifying an intact run
+# --------------------------------------------------------------------------
+
+
+def test_intact_run_with_tricky_text_verifies(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    records = _records(len(TRICKY_TEXTS), big=True)
+    head = _write_run(run_dir, records)
+
+    result = verify_run(run_dir, expect_head=head)
+
+    assert result.ok and result.complete, result.problems
+    assert (result.head, result.records) == (head, len(records))
+    assert result.message == f"OK {run_dir}: {len(records)} records, head {head}"
+    read_back = [json.loads(line) for line in _lines(run_dir)]
+    assert [{k: v for k, v in r.items() if k != "prev"} for r in read_back] == records
+    assert read_back[0]["prev"] == genesis_hash(MANIFEST)
+
+
+def test_run_layout_matches_the_contract(run: tuple[Path, str]) -> None:
+    run_dir, head = run
+    manifest_bytes = (run_dir / MANIFEST_NAME).read_bytes()
+    manifest = json.loads(manifest_bytes)
+    assert manifest_bytes == canonical_json(manifest) and not manifest_bytes.endswith(b"\n")
+    assert manifest["completed"] is True
+    assert manifest["completion"] == {
+        "chain_head": head,
+        "records": 6,
+        "ended_at": "2024-05-01T12:05:00.000Z",
+        "interrupted": False,
+        "not_evaluated": 0,
+    }
+    listed = [line.split("  ", 1)[1] for line in (run_dir / SUMS_NAME).read_text().splitlines()]
+    assert listed == ["manifest.json", "reports/report.md", "results.jsonl", "summary.json"]
+    assert not list(run_dir.rglob(".*.tmp"))
+
+
+def test_empty_run_head_is_genesis(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    head = EvidenceWriter(run_dir, MANIFEST).finalize()
+    assert head == genesis_hash(MANIFEST)
+    result = verify_run(run_dir)
+    assert result.ok and result.complete and result.records == 0
+    assert result.message == f"OK {run_dir}: 0 records, head {head}"
+
+
+def test_append_returns_the_new_head(tmp_path: Path) -> None:
+    writer = EvidenceWriter(tmp_path / "run", MANIFEST)
+    head = writer.append({"id": 1})
+    assert head == sha256_hex(_lines(tmp_path / "run")[0]) == writer.head
+    assert writer.records == 1
+    writer.close()
+
+
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs GNU sha256sum")
+def test_sha256sums_is_compatible_with_sha256sum(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    subprocess.run(["sha256sum", "--quiet", "-c", SUMS_NAME], cwd=run_dir, check=True)
+
+
+# --------------------------------------------------------------------------
+# Tampering
+# --------------------------------------------------------------------------
+
+
+def test_changed_byte_in_results_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    line_two_start = len(_lines(run_dir)[0]) + 1
+    _flip_byte(run_dir / RESULTS_NAME, line_two_start + 10)  # inside line 2's "criteria"
+    result = verify_run(run_dir)
+    _assert_failed(result, "results.jsonl: SHA-256 mismatch")
+    assert "results.jsonl line 3: chain broken (prev does not match line 2)" in result.problems
+
+
+def test_changed_byte_in_results_is_caught_even_when_resealed(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    lines = _lines(run_dir)
+    record = json.loads(lines[1])
+    record["passed"] = True
+    lines[1] = canonical_json(record)
+    _write_lines(run_dir, lines)
+    _reseal(run_dir)
+    _assert_failed(
+        verify_run(run_dir), "results.jsonl line 3: chain broken (prev does not match line 2)"
+    )
+
+
+def test_changed_byte_in_manifest_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    manifest = (run_dir / MANIFEST_NAME).read_bytes()
+    _flip_byte(run_dir / MANIFEST_NAME, manifest.index(b'"demo"') + 2)
+    result = verify_run(run_dir)
+    _assert_failed(result, "manifest.json: SHA-256 mismatch")
+    assert (
+        "results.jsonl line 1: chain broken (prev does not match the manifest header hash)"
+        in result.problems
+    )
+
+
+def test_changed_byte_in_other_file_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    _flip_byte(run_dir / "summary.json", 3)
+    _assert_failed(verify_run(run_dir), "summary.json: SHA-256 mismatch")
+
+
+def test_deleted_file_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    (run_dir / "reports" / "report.md").unlink()
+    _assert_failed(verify_run(run_dir), "reports/report.md: listed in SHA256SUMS but missing")
+
+
+def test_deleted_results_file_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    (run_dir / RESULTS_NAME).unlink()
+    _assert_failed(verify_run(run_dir), "results.jsonl: listed in SHA256SUMS but missing")
+
+
+@pytest.mark.parametrize("name", ["forged.json", "reports/extra.html", ".hidden"])
+def test_added_file_is_caught(run: tuple[Path, str], name: str) -> None:
+    run_dir, _ = run
+    (run_dir / name).write_text("{}")
+    _assert_failed(verify_run(run_dir), f"{name}: not listed in SHA256SUMS (added after the run?)")
+
+
+def test_added_symlink_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    try:
+        (run_dir / "link").symlink_to(run_dir / "summary.json")
+    except OSError:
+        pytest.skip("symlinks not available")
+    _assert_failed(verify_run(run_dir), "link: not a regular file (symlink or special file added?)")
+
+
+def test_reordered_lines_are_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    lines = _lines(run_dir)
+    lines[1], lines[2] = lines[2], lines[1]
+    _write_lines(run_dir, lines)
+    result = verify_run(run_dir)
+    _assert_failed(result, "results.jsonl: SHA-256 mismatch")
+    assert result.problems[1:4] == [
+        f"results.jsonl line {n}: chain broken (prev does not match line {n - 1})"
+        for n in (2, 3, 4)
+    ]
+
+
+def test_naive_tail_cut_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    _write_lines(run_dir, _lines(run_dir)[:-2])
+    result = verify_run(run_dir)
+    _assert_failed(result, "results.jsonl: SHA-256 mismatch")
+    assert any(p.startswith("manifest.json: completion.chain_head") for p in result.problems)
+    assert "manifest.json: completion.records is 6 but results.jsonl holds 4" in result.problems
+
+
+def test_tail_cut_with_consistent_reseal_needs_expect_head(
+    run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The design's known limit: no secret, so only an out-of-band head catches this."""
+    run_dir, head = run
+    _write_lines(run_dir, _lines(run_dir)[:-2])
+    _rewrite_completion(run_dir)
+    _reseal(run_dir)
+
+    forged = verify_run(run_dir)
+    assert forged.ok and forged.complete and forged.records == 4  # undetectable alone
+
+    caught = verify_run(run_dir, expect_head=head)
+    assert not caught.ok
+    assert caught.problems == [
+        f"chain head mismatch: expected {head[:12]}…, found {forged.head[:12]}… "  # type: ignore[index]
+        "(records cut or replaced?)"
+    ]
+    assert main([str(run_dir)]) == 0
+    assert main([str(run_dir), "--expect-head", head.upper()]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("OK ")
+    assert out[1].startswith(f"FAILED {run_dir}: chain head mismatch: expected {head[:12]}…")
+
+
+def test_edited_manifest_header_breaks_genesis(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
+    manifest["config"]["threshold"] = 0.1
+    (run_dir / MANIFEST_NAME).write_bytes(canonical_json(manifest))
+    _reseal(run_dir)
+    _assert_failed(
+        verify_run(run_dir),
+        "results.jsonl line 1: chain broken (prev does not match the manifest header hash)",
+    )
+
+
+def test_manifest_completion_edit_does_not_touch_genesis_but_is_caught(
+    run: tuple[Path, str],
+) -> None:
+    run_dir, _ = run
+    manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
+    manifest["completion"]["records"] = 7
+    (run_dir / MANIFEST_NAME).write_bytes(canonical_json(manifest))
+    _reseal(run_dir)
+    _assert_failed(
+        verify_run(run_dir), "manifest.json: completion.records is 7 but results.jsonl holds 6"
+    )
+
+
+def test_non_canonical_manifest_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
+    (run_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
+    _reseal(run_dir)
+    _assert_failed(verify_run(run_dir), "manifest.json: not in canonical form (edited by hand?)")
+
+
+def test_non_canonical_line_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    lines = _lines(run_dir)
+    lines[3] = json.dumps(json.loads(lines[3])).encode()  # same data, spaces added
+    _write_lines(run_dir, lines)
+    _reseal(run_dir)
+    result = verify_run(run_dir)
+    _assert_failed(result, "results.jsonl line 4: not in canonical form (edited by hand?)")
+
+
+def test_partial_last_line_is_reported_not_crashed(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    with open(run_dir / RESULTS_NAME, "ab") as handle:
+        handle.write(b'{"id":"half')
+    _reseal(run_dir)
+    result = verify_run(run_dir)
+    _assert_failed(
+        result, "results.jsonl line 7: incomplete last line (no trailing newline; partial write?)"
+    )
+    assert result.records == 6
+
+
+def test_deleted_sha256sums_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    (run_dir / SUMS_NAME).unlink()
+    _assert_failed(
+        verify_run(run_dir), "SHA256SUMS: missing, but the manifest says the run was finalized"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"not a checksum\n", "SHA256SUMS line 1: malformed (expected '<64 hex>  <path>')"),
+        (b"0" * 64 + b"  ../outside\n", "SHA256SUMS line 1: unsafe path ../outside"),
+        (b"0" * 64 + b"  /etc/passwd\n", "SHA256SUMS line 1: unsafe path /etc/passwd"),
+        (
+            b"0" * 64 + b"  manifest.json",
+            "SHA256SUMS: last line is not newline-terminated (truncated?)",
+        ),
+    ],
+)
+def test_malformed_sha256sums_is_reported(
+    run: tuple[Path, str], content: bytes, problem: str
+) -> None:
+    run_dir, _ = run
+    (run_dir / SUMS_NAME).write_bytes(content)
+    _assert_failed(verify_run(run_dir), problem)
+
+
+def test_unsorted_sha256sums_is_reported(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    lines = (run_dir / SUMS_NAME).read_bytes().splitlines(keepends=True)
+    (run_dir / SUMS_NAME).write_bytes(lines[1] + lines[0] + b"".join(lines[2:]))
+    _assert_failed(
+        verify_run(run_dir),
+        "SHA256SUMS line 2: manifest.json is out of order (entries must be sorted by path)",
+    )
+
+
+def test_duplicate_sha256sums_entry_is_reported(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    lines = (run_dir / SUMS_NAME).read_bytes().splitlines(keepends=True)
+    (run_dir / SUMS_NAME).write_bytes(lines[0] + b"".join(lines))
+    _assert_failed(verify_run(run_dir), "SHA256SUMS line 2: duplicate entry for manifest.json")
+
+
+def test_random_corruption_never_crashes_and_never_passes(tmp_path: Path) -> None:
+    """Fuzz: flip or cut random bytes anywhere; verify must answer with problems."""
+    pristine = tmp_path / "pristine"
+    _write_run(pristine, _records(4))
+    rng = random.Random(8785)
+    names = [MANIFEST_NAME, RESULTS_NAME, SUMS_NAME, "summary.json"]
+    for attempt in range(60):
+        run_dir = tmp_path / f"fuzz{attempt}"
+        shutil.copytree(pristine, run_dir)
+        target = run_dir / rng.choice(names)
+        data = bytearray(target.read_bytes())
+        position = rng.randrange(len(data))
+        if attempt % 3 == 0:
+            del data[position:]
+        else:
+            data[position] = (data[position] + rng.randrange(1, 256)) % 256
+        target.write_bytes(bytes(data))
+        result = verify_run(run_dir)
+        assert not result.ok and result.problems, (target.name, position)
+        assert "\n" not in result.message
+
+
+def test_garbage_everywhere_is_reported_not_crashed(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / MANIFEST_NAME).write_bytes(b"\xff\xfe{[")
+    (run_dir / RESULTS_NAME).write_bytes(b"\xff\n[]\n" + b"[" * 100_000 + b"\nNaN\n\n")
+    (run_dir / SUMS_NAME).write_bytes(b"\x00\xff\n")
+    result = verify_run(run_dir)
+    assert not result.ok and not result.io_error
+    assert result.problems[0].startswith("manifest.json: not valid JSON")
+    assert "results.jsonl line 1: not valid JSON" in " ".join(result.problems)
+    assert "results.jsonl line 2: not a JSON object" in result.problems
+    assert "results.jsonl line 5: empty line" in result.problems
+
+
+# --------------------------------------------------------------------------
+# Incomplete runs
+# --------------------------------------------------------------------------
+
+
+def test_interrupted_run_is_intact_but_incomplete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    head = _write_run(run_dir, _records(3), interrupted=True)
+    manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
+    assert manifest["completed"] is False and manifest["completion"]["interrupted"] is True
+
+    result = verify_run(run_dir, expect_head=head)
+    assert result.ok and not result.complete
+    assert result.message == (
+        f"INCOMPLETE run: 3 records intact, run did not complete "
+        f"(interrupted; 2 not evaluated); head {head}"
+    )
+    assert main([str(run_dir)]) == 3
+    assert capsys.readouterr().out == result.message + "\n"
+
+
+def test_never_finalized_run_is_reported_as_unsealed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    writer.append({"id": 1})
+    head = writer.append({"id": 2})
+    writer.close()  # the process "crashed" here
+
+    result = verify_run(run_dir)
+    assert result.ok and not result.complete and result.head == head
+    assert result.message == (
+        "INCOMPLETE run: 2 records intact, run did not complete "
+        f"(never sealed: no SHA256SUMS; still running or crashed); head {head}"
+    )
+    assert main([str(run_dir)]) == 3
+    assert capsys.readouterr().out.startswith("INCOMPLETE run: 2 records intact")
+
+
+def test_tampered_unsealed_run_is_still_caught_by_the_chain(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    for index in range(3):
+        writer.append({"id": index})
+    writer.close()
+    lines = _lines(run_dir)
+    lines[0] = lines[0].replace(b'"id":0', b'"id":9')
+    _write_lines(run_dir, lines)
+    _assert_failed(
+        verify_run(run_dir), "results.jsonl line 2: chain broken (prev does not match line 1)"
+    )
+
+
+def test_context_manager_marks_an_exception_as_interrupted(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt), EvidenceWriter(run_dir, MANIFEST) as writer:
+        writer.append({"id": 1})
+        raise KeyboardInterrupt
+    result = verify_run(run_dir)
+    assert result.ok and not result.complete and result.records == 1
+
+
+# --------------------------------------------------------------------------
+# Writer contract
+# --------------------------------------------------------------------------
+
+
+def test_writer_refuses_an_existing_run(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match="refusing to overwrite evidence"):
+        EvidenceWriter(run_dir, MANIFEST)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_writer_creates_parents_and_accepts_a_non_empty_dir(tmp_path: Path) -> None:
+    run_dir = tmp_path / "a" / "b" / "run"
+    writer = EvidenceWriter(run_dir, {**MANIFEST, "completed": False})
+    writer.finalize()
+    assert verify_run(run_dir).ok
+
+
+@pytest.mark.parametrize(
+    "manifest", [{"completion": {}}, {"completed": True}, {"x": math.nan}, {1: "x"}]
+)
+def test_writer_rejects_bad_manifests_before_touching_disk(
+    tmp_path: Path, manifest: dict[Any, Any]
+) -> None:
+    with pytest.raises(ValueError):
+        EvidenceWriter(tmp_path / "run", manifest)
+    assert not (tmp_path / "run").exists()
+
+
+def test_append_rejects_prev_and_bad_values_without_writing(tmp_path: Path) -> None:
+    writer = EvidenceWriter(tmp_path / "run", MANIFEST)
+    with pytest.raises(ValueError, match="'prev'"):
+        writer.append({"prev": "x"})
+    with pytest.raises(ValueError, match=r"\$\.score.*None"):
+        writer.append({"score": math.nan})
+    with pytest.raises(TypeError):
+        writer.append(["not", "a", "dict"])  # type: ignore[arg-type]
+    writer.append({"score": None})
+    writer.finalize()
+    result = verify_run(tmp_path / "run")
+    assert result.ok and result.records == 1
+
+
+def test_writer_use_after_finalize_raises(tmp_path: Path) -> None:
+    writer = EvidenceWriter(tmp_path / "run", MANIFEST)
+    writer.finalize()
+    with pytest.raises(RuntimeError):
+        writer.append({"id": 1})
+    with pytest.raises(RuntimeError):
+        writer.finalize()
+
+
+# --------------------------------------------------------------------------
+# Disk full
+# --------------------------------------------------------------------------
+
+
+def _enospc_after_partial_write(real_write: Callable[[int, Any], int]) -> Callable[[int, Any], int]:
+    """An ``os.write`` that writes a few bytes, then reports a full disk."""
+    calls = {"n": 0}
+
+    def write(fd: int, data: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real_write(fd, bytes(data)[:5])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    return write
+
+
+@pytest.mark.parametrize("existing", [None, b"old content"])
+def test_disk_full_during_atomic_write_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: bytes | None
+) -> None:
+    target = tmp_path / "summary.json"
+    if existing is not None:
+        target.write_bytes(existing)
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", _enospc_after_partial_write(os.write))
+        with pytest.raises(OSError) as raised:
+            write_file_atomic(target, b"new content " * 1000)
+    assert raised.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if existing is None else [target.name])
+    if existing is not None:
+        assert target.read_bytes() == existing
+
+
+def test_failed_rename_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "junit.xml"
+
+    def failing_replace(src: Any, dst: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", failing_replace)
+        with pytest.raises(OSError):
+            write_file_atomic(target, b"<testsuites/>")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_full_during_append_is_rolled_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    writer.append({"id": 1})
+    size, head = (run_dir / RESULTS_NAME).stat().st_size, writer.head
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", _enospc_after_partial_write(os.write))
+        with pytest.raises(OSError):
+            writer.append({"id": 2, "text": "y" * 100})
+    assert (run_dir / RESULTS_NAME).stat().st_size == size and writer.head == head
+    writer.append({"id": 3})  # space is back: the chain continues from the last good line
+    final = writer.finalize()
+    result = verify_run(run_dir, expect_head=final)
+    assert result.ok and result.complete and result.records == 2
+
+
+def test_failed_rollback_poisons_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    writer.append({"id": 1})
+
+    def no_truncate(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", _enospc_after_partial_write(os.write))
+        patch.setattr(os, "ftruncate", no_truncate)
+        with pytest.raises(OSError):
+            writer.append({"id": 2})
+    with pytest.raises(RuntimeError, match="partial line"):
+        writer.append({"id": 3})
+    writer.finalize()
+    result = verify_run(run_dir)
+    _assert_failed(
+        result, "results.jsonl line 2: incomplete last line (no trailing newline; partial write?)"
+    )
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+
+def test_cli_ok(run: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir, head = run
+    assert main([str(run_dir), "--expect-head", head]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"OK {run_dir}: 6 records, head {head}\n"
+    assert captured.err == ""
+
+
+def test_cli_tampered_prints_one_line_and_details_on_stderr(
+    run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, _ = run
+    _write_lines(run_dir, _lines(run_dir)[:-1])
+    assert main([str(run_dir)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == f"FAILED {run_dir}: results.jsonl: SHA-256 mismatch (+2 more)\n"
+    assert captured.err.splitlines()[0].startswith("  manifest.json: completion.chain_head")
+
+
+def test_cli_missing_directory_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope"
+    assert main([str(missing)]) == 2
+    assert capsys.readouterr().out == f"ERROR {missing}: run directory does not exist\n"
+    (tmp_path / "file").write_text("x")
+    assert main([str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().out == f"ERROR {tmp_path / 'file'}: not a directory\n"
+
+
+def test_cli_not_a_run_directory_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(tmp_path)]) == 2
+    assert "not an agenteval run directory" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [[], ["run", "--expect-head", "abc"], ["a", "b"]])
+def test_cli_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert "usage: agenteval verify" in capsys.readouterr().err
+
+
+def test_cli_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "--expect-head" in capsys.readouterr().out
+
+
+def test_cli_strips_the_subcommand_from_sys_argv(
+    run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, _ = run
+    monkeypatch.setattr("sys.argv", ["agenteval", "verify", str(run_dir)])
+    assert main() == 0
+    assert capsys.readouterr().out.startswith("OK ")
+
+
+def test_verify_run_rejects_a_malformed_expect_head(run: tuple[Path, str]) -> None:
+    with pytest.raises(ValueError, match="64 hex"):
+        verify_run(run[0], expect_head="abc")
+
+
+def test_module_is_pure() -> None:
+    source = Path(ev.__file__).read_text()
+    assert "import pytest" not in source and "from pytest " not in source
