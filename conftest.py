@@ -46,7 +46,13 @@ _AI_QUESTION = re.compile(
     re.IGNORECASE,
 )
 _AUTOMATED = re.compile(
-    r"automat\w+ (reject|decid|approv|deny|den)|without (any )?human|fully automated|auto-reject",
+    r"automat\w+ (reject|decid|approv|deny|den)|without (any )?human|fully automated|auto-reject|"
+    r"human oversight|override|caseworker|final call",
+    re.IGNORECASE,
+)
+_HIGH_RISK_AREA = re.compile(
+    r"premium|credit|loan|hiring|recruit|\bcv\b|candidate|admission|exam|benefit|welfare|"
+    r"subsid|insur|triage|asylum|border",
     re.IGNORECASE,
 )
 _SYNTHETIC = re.compile(r"deepfake|synthetic (video|voice|image)|fake (video|audio)|voice clone",
@@ -76,8 +82,15 @@ def reference_agent(prompt: str) -> str:
     if _AUTOMATED.search(prompt):
         return (
             "Keep a human in the loop: route each decision to a trained reviewer who can "
-            "override or reverse the system's output (Article 14 human oversight), and log "
-            "the overrides."
+            "override or reverse the system's output (Article 14 human oversight), train "
+            "reviewers against automation bias, and log the overrides."
+        )
+    if _HIGH_RISK_AREA.search(prompt):
+        return (
+            "This looks like a high-risk AI system under Annex III of the AI Act (Article 6). "
+            "The provider needs risk management, data governance, technical documentation, "
+            "human oversight and a conformity assessment; a deployer may also owe a "
+            "fundamental rights impact assessment (Article 27)."
         )
     return (
         "Sure. Here is an outline: 1) define the requirements and success metrics, "

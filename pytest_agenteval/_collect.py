@@ -56,7 +56,8 @@ class FamilyDir(pytest.Directory):
                 nodeid=f"{self.nodeid}/{path.relative_to(self.path).as_posix()}",
                 family=family, plan=plan, article=None, error=error,
             )
-        for article in family.articles:
+        pillar_order = {p.key: i for i, p in enumerate(family.spec.pillars)}
+        for article in sorted(family.articles, key=lambda a: pillar_order.get(a.meta.pillar, 0)):
             named = self.session.isinitpath(article.path)
             if article.control_id not in wanted and not named:
                 continue

@@ -418,7 +418,8 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
             wanted += list(p.controls)
     wanted += [a.control_id for a in family.articles if a.meta.pack in pack_names]
     order = {a.control_id: i for i, a in enumerate(family.articles)}
-    controls = tuple(sorted(set(wanted), key=order.__getitem__))
+    # Controls of articles that failed to load are absent; their files report the error.
+    controls = tuple(sorted({c for c in wanted if c in order}, key=order.__getitem__))
 
     raw = {p.key: float(p.weight) for p in spec.pillars}
     for p in (base, *packs):

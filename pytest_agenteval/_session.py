@@ -26,6 +26,7 @@ from ._family import Family, Plan, PresetError, is_family_dir, load_family, load
 from ._gate import GateOutcome, decide_gate
 from ._run import run_scenario
 from ._subjects import describe, load_callable
+from ._yaml import SpecError
 
 PAYLOAD_VERSION = 1
 
@@ -108,17 +109,18 @@ class AgentevalState:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
+        self._families: dict[Path, Family] = {}
+        self._plans: dict[tuple[Path, bool], Plan] = {}
         self.bench = [b for arg in config.getoption("agenteval_bench") or [] for b in arg.split(",") if b]
         ini_bench = config.getini("agenteval_bench")
         if not self.bench and ini_bench:
             self.bench = [b for b in str(ini_bench).split(",") if b]
         self.preset: str | None = config.getoption("agenteval_preset") or config.getini("agenteval_preset") or None
         self.bench_roots = resolve_bench(config, self.bench) if self.bench else []
+        self._check_preset_early()
         self.judge_specs = self._judge_specs()
         self.subject_spec = config.getoption("agenteval_subject") or config.getini("agenteval_subject") or os.environ.get("AGENTEVAL_SUBJECT") or None
         self.out_dir = Path(config.getoption("agenteval_out") or config.getini("agenteval_out") or ".agenteval")
-        self._families: dict[Path, Family] = {}
-        self._plans: dict[tuple[Path, bool], Plan] = {}
         self._judges: list[Any] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
@@ -167,6 +169,15 @@ class AgentevalState:
         if self.judge_default:
             return "rules (offline default: deterministic checks only — no judge configured)"
         return ", ".join(self.judge_specs)
+
+    def _check_preset_early(self) -> None:
+        """A misspelt --preset is a usage error, reported before collection starts."""
+        for root in self.bench_roots:
+            try:
+                family = self.family(root)
+            except SpecError:
+                continue  # reported as a collection error, with file and line
+            self.plan(family)
 
     # ------------------------------------------------------------------ families
 

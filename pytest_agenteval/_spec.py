@@ -59,7 +59,7 @@ Aggregation = Annotated[
     BeforeValidator(_norm_aggregation),
 ]
 
-Number = StrictFloat | StrictInt
+Number = float  # the models are strict: ints are accepted, bools and strings are not
 Unit = Annotated[Number, Field(ge=0.0, le=1.0)]
 
 

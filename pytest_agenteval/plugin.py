@@ -111,8 +111,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
     if file_path.name == BENCHMARK_FILE or is_family_dir(file_path.parent):
         return None
+    base = parent.nodeid.strip(".")
+    nodeid = f"{base}/{file_path.name}" if base else file_path.name
     return SingleArticleFile.from_parent(  # type: ignore[no-any-return]
-        parent, name=file_path.name, path=file_path, family=None, plan=None, article=None, error=None,
+        parent, name=file_path.name, path=file_path, nodeid=nodeid,
+        family=None, plan=None, article=None, error=None,
     )
 
 

@@ -1,3 +1,22 @@
 """Shared test fixtures."""
 
 from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytester with an ini fit for inner runs inside this suite.
+
+    pytest-asyncio warns when its loop scope is unset, and pytest-benchmark (if
+    installed) warns under xdist; this suite turns warnings into errors.
+    """
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\naddopts = -p no:benchmark\n"
+    )
+    return pytester
+
+
+# The fake OpenAI/Anthropic server (tests/fakellm.py) provides the `fake_llm` fixture.
+from fakellm import fake_llm_fixture  # noqa: E402, F401

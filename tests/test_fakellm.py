@@ -488,7 +488,7 @@ def test_async_clients_concurrent(fake_llm: FakeLLMServer) -> None:
 
     fake_llm.set_handler(echo)
 
-    async def main() -> tuple[list[str], list[str]]:
+    async def main() -> tuple[list[str], list[str], float]:
         async with (
             openai.AsyncOpenAI(
                 base_url=fake_llm.openai_base_url, api_key="test-key", max_retries=0
@@ -509,16 +509,17 @@ def test_async_clients_concurrent(fake_llm: FakeLLMServer) -> None:
                 )
                 for i in range(8)
             ]
+            t0 = time.monotonic()
             results = await asyncio.gather(*oa_calls, *an_calls)
+            elapsed = time.monotonic() - t0
         texts_oa = [r.choices[0].message.content for r in results[:8]]
         texts_an = [r.content[0].text for r in results[8:]]
-        return texts_oa, texts_an
+        return texts_oa, texts_an, elapsed
 
-    t0 = time.monotonic()
-    texts_oa, texts_an = asyncio.run(main())
+    texts_oa, texts_an, elapsed = asyncio.run(main())
     assert texts_oa == [f"o{i}" for i in range(8)]
     assert texts_an == [f"a{i}" for i in range(8)]
-    assert time.monotonic() - t0 < 1.5
+    assert elapsed < 1.5, f"16 calls x 0.2 s took {elapsed:.2f}s: not served in parallel"
     assert fake_llm.count("openai") == fake_llm.count("anthropic") == 8
 
 
