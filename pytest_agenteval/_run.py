@@ -27,7 +27,12 @@ class ScenarioRun:
 
 
 def subject_context(scenario: Scenario) -> dict[str, Any]:
-    messages = [{"role": t.role, "content": t.content} for t in scenario.turns]
+    messages = [
+        {"role": t.role, "content": t.content}
+        | ({"name": t.name} if t.name else {})
+        | ({"arguments": t.arguments} if t.arguments is not None else {})
+        for t in scenario.turns
+    ]
     messages.append({"role": "user", "content": scenario.input})
     return {
         "tools": list(scenario.tools),

@@ -104,8 +104,12 @@ def _criterion(value: Any) -> Any:
 
 
 class Turn(_Strict):
+    """An earlier turn of a multi-turn scenario; ``tool`` turns carry a tool's output."""
+
     role: Literal["user", "assistant", "tool"]
     content: StrictStr
+    name: StrictStr | None = None  # the tool's name, on tool turns
+    arguments: dict[str, Any] | None = None  # the call's arguments, on tool turns
 
 
 class Scenario(_Strict):
