@@ -9,6 +9,7 @@ score and the bands — a judge never hands us a verdict.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from ._checks import Answer, Check
 from ._evals import Bands, CriterionResult, EvalResult, band_verdict, score_severity, worst_severity
 
 __all__ = [
+    "ConfigError",
     "Grade",
     "GradeRequest",
     "JudgeError",
@@ -28,6 +30,13 @@ __all__ = [
 
 class JudgeError(Exception):
     """No grade could be obtained; the item is an ERROR, never a pass or fail."""
+
+
+class ConfigError(Exception):
+    """A judge or subject is misconfigured (bad key, unknown model): the run stops.
+
+    Messages name the environment variable or the model, never a credential.
+    """
 
 
 class NotGradable(Exception):
@@ -139,7 +148,18 @@ async def grade_to_result(
     except NotGradable as exc:
         return EvalResult(key, name, None, "skipped", kind="scenario", reasoning=str(exc))
     except JudgeError as exc:
-        return EvalResult(key, name, None, "error", kind="scenario", error=str(exc))
+        details = getattr(exc, "details", None)
+        return EvalResult(
+            key, name, None, "error", kind="scenario", error=str(exc),
+            meta={"judge": getattr(judge, "name", "judge"), **(details or {})},
+        )
+    except (ConfigError, asyncio.CancelledError):
+        raise
+    except Exception as exc:  # a judge that crashes is an error, never a grade
+        return EvalResult(
+            key, name, None, "error", kind="scenario",
+            error=f"judge {getattr(judge, 'name', 'judge')} raised {type(exc).__name__}: {exc}",
+        )
     return result_from_grade(grade, key=key, name=name, bands=bands, severity=severity)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -9,7 +10,7 @@ from typing import Any
 
 from ._evals import EvalResult, combine_results
 from ._family import Article, Family
-from ._judges import GradeRequest, grade_to_result
+from ._judges import GradeRequest, criteria_from, grade_to_result
 from ._spec import Scenario
 from ._subjects import SubjectError, call_subject
 
@@ -53,19 +54,39 @@ def _leaf_meta(family: Family, article: Article, scenario: Scenario) -> dict[str
     }
 
 
+class _NoLimit:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+NO_LIMIT = _NoLimit()
+
+
 async def run_scenario(
     subject: Callable[..., Any],
     judges: Sequence[Any],
     family: Family,
     article: Article,
     scenario: Scenario,
+    *,
+    limiter: Any = NO_LIMIT,
+    subject_lock: Any = NO_LIMIT,
 ) -> ScenarioRun:
-    """Ask the subject, then grade with every judge (several: weighted median)."""
+    """Ask the subject, then grade with every judge (several: weighted median).
+
+    *limiter* (an ``asyncio.Semaphore``) bounds the calls in flight across all
+    scenarios; *subject_lock* serialises a subject that is not safe to call
+    concurrently.
+    """
     severity = scenario.severity or article.meta.severity
     base = dict(key=scenario.id, name=scenario.id, kind="scenario", weight=float(scenario.weight))
     meta = _leaf_meta(family, article, scenario)
     try:
-        call = await call_subject(subject, scenario.input, subject_context(scenario))
+        async with subject_lock, limiter:
+            call = await call_subject(subject, scenario.input, subject_context(scenario))
     except SubjectError as exc:
         return ScenarioRun(
             EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
@@ -77,21 +98,22 @@ async def run_scenario(
         prompt=scenario.input,
         answer=answer,
         expected_behavior=scenario.expected_behavior,
-        criteria=tuple(scenario.evaluation_criteria),  # type: ignore[arg-type]
+        criteria=criteria_from(scenario.evaluation_criteria),
         context={
             "family": family.name, "article": article.meta.article,
             "control_id": article.control_id, "title": article.meta.title,
             "severity": severity, "judge_prompt": family.judge_prompt,
         },
     )
+    async def one(judge: Any) -> EvalResult:
+        async with limiter:
+            return await grade_to_result(
+                judge, request, key=scenario.id, name=getattr(judge, "name", "judge"),
+                bands=article.bands, severity=severity,
+            )
+
     start = time.perf_counter()
-    graded = [
-        await grade_to_result(
-            judge, request, key=scenario.id, name=getattr(judge, "name", "judge"),
-            bands=article.bands, severity=severity,
-        )
-        for judge in judges
-    ]
+    graded = list(await asyncio.gather(*(one(j) for j in judges)))
     judge_latency = time.perf_counter() - start
     if len(graded) == 1:
         result = graded[0]

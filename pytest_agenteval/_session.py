@@ -10,7 +10,6 @@ is built from the family files and the reports, never from worker state, so
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,8 @@ from ._collect import AgentevalError, ScenarioItem
 from ._evals import EvalResult
 from ._family import Family, Plan, PresetError, is_family_dir, load_family, load_single_article, resolve_plan
 from ._gate import GateOutcome, decide_gate
-from ._run import run_scenario
+from ._judges import ConfigError
+from ._scheduler import Scheduler, upcoming_items
 from ._subjects import describe, load_callable
 from ._yaml import SpecError
 
@@ -124,7 +124,10 @@ class AgentevalState:
         self._judges: list[Any] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
-        self._runner: asyncio.Runner | None = None
+        self.scheduler = Scheduler(int(
+            config.getoption("agenteval_concurrency") or config.getini("agenteval_concurrency") or 8
+        ))
+        self._subject_shared = False
         self._markers: set[str] = set()
         self.collected: dict[tuple[str, str], Collected] = {}
         self.started_at = datetime.now(timezone.utc)
@@ -221,16 +224,8 @@ class AgentevalState:
 
     # ------------------------------------------------------------------ running
 
-    @property
-    def runner(self) -> asyncio.Runner:
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        return self._runner
-
     def close(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
+        self.scheduler.close()
 
     def subject_for(self, item: ScenarioItem) -> Callable[..., Any]:
         if self.subject_spec:
@@ -240,6 +235,7 @@ class AgentevalState:
                 if subject is None:
                     raise pytest.UsageError(f"--subject {spec!r}: no subject of that kind")
                 self._subject, self._subject_name = subject, spec
+                self._subject_shared = True
             return self._subject
         try:
             subject = item._request.getfixturevalue("agenteval_subject")
@@ -251,6 +247,8 @@ class AgentevalState:
         if not callable(subject):
             raise AgentevalError(f"agenteval_subject fixture returned {type(subject).__name__}, not a callable")
         self._subject_name = self._subject_name or describe(subject)
+        defs = item.session._fixturemanager.getfixturedefs("agenteval_subject", item)
+        self._subject_shared = bool(defs) and defs[-1].scope == "session"
         return subject  # type: ignore[no-any-return]
 
     def subject_name(self) -> str:
@@ -259,7 +257,12 @@ class AgentevalState:
     def grade(self, item: ScenarioItem) -> None:
         subject = self.subject_for(item)
         judges = self.judges()
-        run = self.runner.run(run_scenario(subject, judges, item.family, item.article, item.scenario))
+        upcoming = upcoming_items(item) if self._subject_shared else []
+        try:
+            run = self.scheduler.run(item, subject, judges, upcoming)
+        except ConfigError as exc:
+            self.scheduler.close()
+            pytest.exit(f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
         item.run = run
         result = run.result
         item.payload = self._payload(item, run)

@@ -38,6 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             help="agent under test: module:callable (default: the agenteval_subject fixture)")
     _option(parser, group, "--agenteval-out", metavar="DIR",
             help="output root for run directories (default: .agenteval)")
+    _option(parser, group, "--agenteval-concurrency", metavar="N", type=int,
+            help="subject and judge calls kept in flight per process (default: 8)")
     group.addoption("--bench-list", action="store_true", dest="agenteval_bench_list", default=False,
                     help="list the bundled families, presets and controls, then exit")
 

@@ -1,0 +1,117 @@
+"""Many calls in flight, items still reported in order; -x cancels what is pending."""
+
+from __future__ import annotations
+
+import pytest
+
+BENCH = """\
+family: conc
+pillars:
+  - {key: p, weight: 1.0}
+"""
+
+
+def article(n: int) -> str:
+    lines = ["metadata: {article: A, pillar: p, control_id: c, title: T}", "scenarios:"]
+    for i in range(n):
+        lines += [
+            f"  - id: s{i:02d}",
+            f"    weight: {1 / n!r}",
+            f"    input: question {i}",
+            "    evaluation_criteria:",
+            "      - {text: answers, check: {any: [answer]}}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+SUBJECT = """\
+import asyncio, threading, time
+import pytest
+
+STATE = {"now": 0, "max": 0}
+LOCK = threading.Lock()
+
+async def agent(prompt):
+    with LOCK:
+        STATE["now"] += 1
+        STATE["max"] = max(STATE["max"], STATE["now"])
+    await asyncio.sleep(0.05)
+    with LOCK:
+        STATE["now"] -= 1
+    return "answer"
+
+def sync_agent(prompt):
+    with LOCK:
+        STATE["now"] += 1
+        STATE["max"] = max(STATE["max"], STATE["now"])
+    time.sleep(0.05)
+    with LOCK:
+        STATE["now"] -= 1
+    return "answer"
+
+@pytest.fixture(scope="{scope}")
+def agenteval_subject():
+    return {which}
+
+def pytest_sessionfinish(session):
+    print(f"\\nMAX-IN-FLIGHT={STATE['max']}")
+"""
+
+
+@pytest.fixture
+def conc(pytester: pytest.Pytester) -> pytest.Pytester:
+    fam = pytester.mkdir("conc")
+    (fam / "benchmark.yaml").write_text(BENCH)
+    (fam / "a.yaml").write_text(article(12))
+    return pytester
+
+
+def max_in_flight(result: pytest.RunResult) -> int:
+    for line in result.stdout.lines:
+        if line.startswith("MAX-IN-FLIGHT="):
+            return int(line.split("=")[1])
+    raise AssertionError(result.stdout.str())
+
+
+@pytest.mark.parametrize("which", ["agent", "sync_agent"])
+def test_calls_overlap_up_to_the_limit_and_report_in_order(conc: pytest.Pytester, which: str) -> None:
+    conc.makeconftest(SUBJECT.replace("{scope}", "session").replace("{which}", which))
+    result = conc.runpytest("--bench=conc", "--agenteval-concurrency=4", "-v", "-s")
+    result.assert_outcomes(passed=12)
+    assert max_in_flight(result) == 4
+    ids = [ln.split("::")[1].split()[0] for ln in result.stdout.lines if "a.yaml::s" in ln]
+    assert ids == sorted(ids)
+
+
+def test_concurrency_one_is_serial(conc: pytest.Pytester) -> None:
+    conc.makeconftest(SUBJECT.replace("{scope}", "session").replace("{which}", "agent"))
+    result = conc.runpytest("--bench=conc", "--agenteval-concurrency=1", "-s")
+    result.assert_outcomes(passed=12)
+    assert max_in_flight(result) == 1
+
+
+def test_function_scoped_subject_is_not_prefetched(conc: pytest.Pytester) -> None:
+    conc.makeconftest(SUBJECT.replace("{scope}", "function").replace("{which}", "agent"))
+    result = conc.runpytest("--bench=conc", "--agenteval-concurrency=8", "-s")
+    result.assert_outcomes(passed=12)
+    assert max_in_flight(result) == 1
+
+
+def test_subject_that_is_not_concurrency_safe_is_serialised(conc: pytest.Pytester) -> None:
+    conc.makeconftest(
+        SUBJECT.replace("{scope}", "session").replace("{which}", "agent")
+        + "\nagent.concurrent = False\n"
+    )
+    result = conc.runpytest("--bench=conc", "--agenteval-concurrency=8", "-s")
+    result.assert_outcomes(passed=12)
+    assert max_in_flight(result) == 1
+
+
+def test_exitfirst_cancels_pending_calls(conc: pytest.Pytester) -> None:
+    conc.makeconftest(
+        SUBJECT.replace("{scope}", "session").replace("{which}", "agent")
+        .replace('return "answer"', 'return "nope"')
+    )
+    result = conc.runpytest("--bench=conc", "--agenteval-concurrency=4", "-x", "-s")
+    result.assert_outcomes(failed=1)
+    assert "Task was destroyed but it is pending" not in result.stdout.str() + result.stderr.str()
