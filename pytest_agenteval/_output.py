@@ -1,27 +1,42 @@
-"""The run directory and ``summary.json``.
+"""The run directory: manifest, hash-chained results, summary, reports, SHA256SUMS.
 
-Layout: ``<out>/runs/<family>/<subject>/<UTC timestamp>-<short id>/``. Names
-built from ids are slugged so that nothing escapes the output root, and a
-run directory is never reused.
+Layout: ``<out>/runs/<family>/<subject>/<UTC timestamp>-<short id>/``. The
+directory is created when the first result of a family arrives on the
+controller; each result is appended to ``results.jsonl`` as it arrives, so an
+interrupted run keeps what it graded; the summary and reports are written at
+the end, then the manifest is completed and ``SHA256SUMS`` sealed. Every
+writer goes through one :class:`~pytest_agenteval._redact.Redactor`. Names
+built from ids are slugged so that nothing escapes the output root, and a run
+directory is never reused.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import platform
 import re
+import subprocess
+import sys
 import unicodedata
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._evals import EvalResult
+from ._evidence import EvidenceWriter, canonical_json, sha256_hex, write_file_atomic
+from ._family import Plan
 
 if TYPE_CHECKING:
-    from ._session import AgentevalState, FamilyOutcome
+    from ._redact import Redactor
+    from ._session import AgentevalState, Collected, FamilyOutcome
 
 _RESERVED = {"con", "prn", "aux", "nul"} | {f"{p}{i}" for p in ("com", "lpt") for i in range(10)}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_RECORD_FIELDS = ("nodeid", "family", "preset", "scenario_id", "condition", "sample", "subject",
+                  "prompt", "answer", "tool_calls", "usage", "cost", "timings", "result")
+_DEPENDENCIES = ("pydantic", "pyyaml", "openai", "anthropic", "numpy", "pytest-xdist",
+                 "pytest-asyncio", "rfc8785", "junit-xml", "sarif-om")
 
 
 def slug(name: str, *, max_len: int = 64) -> str:
@@ -42,6 +57,10 @@ def slug(name: str, *, max_len: int = 64) -> str:
         digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         text = f"{text[: max_len - 9]}-{digest}"
     return text
+
+
+def rfc3339(when: datetime) -> str:
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def node_dict(result: EvalResult) -> dict[str, Any]:
@@ -65,21 +84,19 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
     return node
 
 
-def summary_dict(
-    state: AgentevalState, outcome: FamilyOutcome, run_id: str, ended_at: datetime
-) -> dict[str, Any]:
+def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) -> dict[str, Any]:
     from . import __version__
 
     plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
     counts = tree.counts() if tree else dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
     return {
         "schema": "pytest-agenteval/summary/1",
-        "run_id": run_id,
+        "run_id": outcome.run_id,
         "family": plan.family.name,
         "family_version": plan.family.spec.version,
         "preset": plan.preset,
         "subject": outcome.bucket.subject,
-        "judge": state.judge_specs or ["rules"],
+        "judge": judges,
         "score": None if tree is None or tree.score is None else round(tree.score, 6),
         "verdict": tree.verdict if tree else "error",
         "bands": {"pass": plan.root_bands.pass_, "warn": plan.root_bands.warn},
@@ -92,41 +109,117 @@ def summary_dict(
             "skipped": counts["skipped"],
         },
         "nodes": [node_dict(tree)] if tree else [],
-        "started_at": _rfc3339(state.started_at),
-        "ended_at": _rfc3339(ended_at),
+        "chain_head": outcome.head,
+        "started_at": outcome.started_at,
+        "ended_at": rfc3339(ended_at),
         "plugin_version": __version__,
     }
 
 
-def _rfc3339(when: datetime) -> str:
-    return when.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in _DEPENDENCIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
 
 
-def new_run_dir(out: Path, family: str, subject: str, when: datetime, seed: str) -> Path:
+def _git(cwd: Path) -> dict[str, Any] | None:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                              text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                                capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def family_files(plan: Plan) -> dict[str, str]:
+    """SHA-256 (over raw bytes) of every file of the family the run used, by family-relative path."""
+    family = plan.family
+    files: dict[str, Path] = {}
+    if not family.single_file:
+        files["benchmark.yaml"] = family.root / "benchmark.yaml"
+    if family.judge_prompt_path is not None:
+        files[family.judge_prompt_path.relative_to(family.root.resolve()).as_posix()] = family.judge_prompt_path
+    for art in family.articles:
+        files[art.path.relative_to(family.root).as_posix()] = art.path
+    return {f"{family.name}/{rel}": hashlib.sha256(p.read_bytes()).hexdigest()
+            for rel, p in sorted(files.items())}
+
+
+def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str) -> Path:
     stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    short = hashlib.sha256(seed.encode()).hexdigest()[:10]
     base = out / "runs" / slug(family) / slug(subject)
     candidate = base / f"{stamp}-{short}"
     n = 1
     while candidate.exists():
         n += 1
         candidate = base / f"{stamp}-{short}-{n}"
-    resolved_out = out.resolve()
-    if not candidate.resolve().is_relative_to(resolved_out):  # belt and braces
+    if not candidate.resolve().is_relative_to(out.resolve()):  # belt and braces
         raise ValueError(f"run directory {candidate} escapes {out}")
-    candidate.mkdir(parents=True)
     return candidate
 
 
-def write_run(state: AgentevalState, outcome: FamilyOutcome) -> Path:
-    from ._evidence import write_file_atomic
+class RunRecorder:
+    """The evidence writer of one family × preset run, on the controller."""
 
-    plan, bucket = outcome.plan, outcome.bucket
-    ended = datetime.now(timezone.utc)
-    seed = json.dumps([plan.family.name, plan.preset, str(state.started_at), sorted(bucket.leaves)])
-    run_id = hashlib.sha256(seed.encode()).hexdigest()
-    out = state.out_dir if state.out_dir.is_absolute() else state.config.invocation_params.dir / state.out_dir
-    run_dir = new_run_dir(out, plan.family.name, bucket.subject, state.started_at, seed)
-    summary = summary_dict(state, outcome, run_id, ended)
-    write_file_atomic(run_dir / "summary.json", (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode())
-    return run_dir
+    def __init__(self, state: AgentevalState, bucket: Collected, plan: Plan) -> None:
+        from . import __version__
+
+        self.redactor: Redactor = state.redactor
+        out = state.out_dir if state.out_dir.is_absolute() else state.config.invocation_params.dir / state.out_dir
+        files = family_files(plan)
+        started = rfc3339(state.started_at)
+        header: dict[str, Any] = {
+            "schema": "pytest-agenteval/manifest/1",
+            "started_at": started,
+            "tool": {"name": "pytest-agenteval", "version": __version__},
+            "pytest": metadata.version("pytest"),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "dependencies": _versions(),
+            "family": plan.family.name,
+            "family_version": plan.family.spec.version,
+            "preset": plan.preset,
+            "subject": bucket.subject,
+            "conditions": [],
+            "judges": state.judge_descriptions(),
+            "files": files,
+            "files_sha256": sha256_hex(canonical_json(files)),
+            "command_line": [self.redactor.text(a) for a in sys.argv],
+            "secrets_redacted": self.redactor.variable_names,
+            "git": _git(Path(state.config.rootpath)),
+            "testrun_uid": state.testrun_uid,
+        }
+        header = self.redactor.data(header)
+        self.run_id = sha256_hex(canonical_json(header))
+        self.started_at = started
+        self.run_dir = new_run_dir(out, plan.family.name, bucket.subject, state.started_at, self.run_id[:10])
+        self.writer = EvidenceWriter(self.run_dir, {"run_id": self.run_id, **header, "completed": False})
+
+    def add(self, payload: dict[str, Any]) -> None:
+        """Append one item's record (an explicit allowlist of fields) to the chain."""
+        record = {key: payload.get(key) for key in _RECORD_FIELDS}
+        self.writer.append(self.redactor.data(record))
+
+    def write_json(self, name: str, data: Any) -> None:
+        import json
+
+        clean = self.redactor.data(data)
+        try:
+            raw = (json.dumps(clean, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: keep them as JSON escapes
+            raw = (json.dumps(clean, indent=2) + "\n").encode("ascii")
+        write_file_atomic(self.run_dir / name, raw)
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        write_file_atomic(self.run_dir / name, data)
+
+    def finalize(self, *, interrupted: bool, not_evaluated: int) -> str:
+        return self.writer.finalize(interrupted=interrupted, not_evaluated=not_evaluated)

@@ -11,6 +11,7 @@ is built from the family files and the reports, never from worker state, so
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,9 +22,20 @@ import pytest
 
 from ._collect import AgentevalError, ScenarioItem
 from ._evals import EvalResult
-from ._family import Family, Plan, PresetError, is_family_dir, load_family, load_single_article, resolve_plan
+from ._family import (
+    Family,
+    Plan,
+    PresetError,
+    build_tree,
+    is_family_dir,
+    load_family,
+    load_single_article,
+    resolve_plan,
+)
 from ._gate import GateOutcome, decide_gate
 from ._judges import ConfigError
+from ._output import RunRecorder
+from ._redact import Redactor
 from ._scheduler import Scheduler, upcoming_items
 from ._subjects import describe, load_callable
 from ._yaml import SpecError
@@ -90,6 +102,7 @@ class Collected:
     subject: str
     leaves: dict[str, EvalResult] = field(default_factory=dict)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recorder: RunRecorder | None = None
 
 
 @dataclass
@@ -101,6 +114,9 @@ class FamilyOutcome:
     gate: GateOutcome
     bucket: Collected
     run_dir: Path | None = None
+    run_id: str = ""
+    head: str = ""
+    started_at: str = ""
 
 
 class AgentevalState:
@@ -131,6 +147,9 @@ class AgentevalState:
         self._markers: set[str] = set()
         self.collected: dict[tuple[str, str], Collected] = {}
         self.started_at = datetime.now(timezone.utc)
+        self.redactor = Redactor.from_environ()
+        worker = getattr(config, "workerinput", None)
+        self.testrun_uid = worker["testrunuid"] if worker else uuid.uuid4().hex
         self.outcomes: list[FamilyOutcome] = []
         self.other_failures = 0
         self.agenteval_failures = 0
@@ -167,6 +186,16 @@ class AgentevalState:
                 judges.append(judge)
             self._judges = judges
         return self._judges
+
+    def judge_descriptions(self) -> list[dict[str, Any]]:
+        """What the manifest records of each judge (never a credential)."""
+        out = []
+        for spec, judge in zip(self.judge_specs or ["rules"], self._judges or [], strict=False):
+            describe = getattr(judge, "describe", None)
+            out.append(describe() if callable(describe) else {"spec": spec, "provider": spec.split(":")[0]})
+        if not out:
+            out = [{"spec": s} for s in (self.judge_specs or ["rules"])]
+        return out
 
     def judge_label(self) -> str:
         if self.judge_default:
@@ -282,6 +311,8 @@ class AgentevalState:
             "single_file": item.family.single_file,
             "preset": item.plan.preset,
             "scenario_id": item.scenario.id,
+            "condition": None,
+            "sample": 0,
             "nodeid": item.nodeid,
             "subject": self.subject_name(),
             "result": run.result.to_dict(),
@@ -311,19 +342,39 @@ class AgentevalState:
         bucket.records[payload["scenario_id"]] = payload
         if result.verdict == "fail":
             self.agenteval_failures += 1
+        if self.is_worker:
+            return
+        if bucket.recorder is None:
+            bucket.recorder = RunRecorder(self, bucket, self._plan_for(bucket))
+        bucket.recorder.add(payload)
 
-    def finish(self, session: pytest.Session) -> None:
+    def _plan_for(self, bucket: Collected) -> Plan:
+        root = Path(bucket.family_root)
+        family = self.single_family(root) if bucket.single_file else self.family(root)
+        return self.plan(family)
+
+    def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Build trees, write run directories, decide the gate (controller only)."""
-        from ._output import write_run
+        from ._output import summary_dict
 
-        for (root, _preset), bucket in sorted(self.collected.items()):
-            family = self.single_family(Path(root)) if bucket.single_file else self.family(Path(root))
-            plan = self.plan(family)
-            tree = family_tree(plan, bucket.leaves)
-            gate = decide_gate(plan, tree, interrupted=bool(session.shouldstop or session.shouldfail))
+        interrupted = bool(session.shouldstop or session.shouldfail) or exitstatus in (
+            pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR)
+        for _key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
+            plan = self._plan_for(bucket)
+            tree = build_tree(plan, bucket.leaves)
+            gate = decide_gate(plan, tree, interrupted=interrupted)
             outcome = FamilyOutcome(plan, tree, gate, bucket)
-            outcome.run_dir = write_run(self, outcome)
             self.outcomes.append(outcome)
+            recorder = bucket.recorder
+            if recorder is None:
+                continue
+            outcome.run_dir, outcome.run_id = recorder.run_dir, recorder.run_id
+            outcome.started_at = recorder.started_at
+            outcome.head = recorder.writer.head
+            ended = datetime.now(timezone.utc)
+            recorder.write_json("summary.json", summary_dict(outcome, self.judge_specs or ["rules"], ended))
+            not_evaluated = max(0, plan.scenario_count() * plan.samples - len(bucket.leaves))
+            outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
 
     def exitstatus(self, current: int | pytest.ExitCode) -> int | pytest.ExitCode:
         """The gate decides for agenteval items; other tests keep pytest's rule.
@@ -339,8 +390,3 @@ class AgentevalState:
             return pytest.ExitCode.TESTS_FAILED
         return pytest.ExitCode.TESTS_FAILED if self.other_failures else pytest.ExitCode.OK
 
-
-def family_tree(plan: Plan, leaves: dict[str, EvalResult]) -> EvalResult | None:
-    from ._family import build_tree
-
-    return build_tree(plan, leaves)

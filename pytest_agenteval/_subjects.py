@@ -11,9 +11,11 @@ keeps other calls in flight.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import inspect
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,7 +83,7 @@ async def call_subject(
         if _is_async(subject):
             value = await subject(prompt, **kwargs)
         else:
-            value = await asyncio.to_thread(subject, prompt, **kwargs)
+            value = await _in_daemon_thread(subject, prompt, **kwargs)
             if inspect.isawaitable(value):
                 value = await value
     except asyncio.CancelledError:
@@ -92,6 +94,36 @@ async def call_subject(
         raise SubjectError(f"subject raised {type(exc).__name__}: {exc}") from exc
     latency = time.perf_counter() - start
     return SubjectCall(_normalise(value), latency)
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+    """Run a sync subject in a daemon thread.
+
+    Unlike ``asyncio.to_thread`` (whose pool is joined at exit), a subject that
+    hangs cannot keep the process alive after -x, Ctrl-C or SIGTERM.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            (future.set_result if ok else future.set_exception)(value)
+
+    def target() -> None:
+        try:
+            result = ctx.run(fn, *args, **kwargs)
+        except BaseException as exc:  # delivered to the awaiting task
+            outcome: tuple[bool, Any] = (False, exc)
+        else:
+            outcome = (True, result)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop closed meanwhile: nobody is waiting
+            pass
+
+    threading.Thread(target=target, name="agenteval-subject", daemon=True).start()
+    return future
 
 
 def _normalise(value: Any) -> Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._collect import STATE
 from ._evals import EvalResult
 
 if TYPE_CHECKING:
@@ -74,7 +75,10 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
             tr.write_line("gate: PASSED", green=True, bold=True)
         else:
             tr.write_line("gate: FAILED — " + "; ".join(gate.reasons), red=True, bold=True)
-        tr.write_line(f"run directory: {outcome.run_dir}")
+        if outcome.run_dir is not None:
+            tr.write_line(f"run directory: {outcome.run_dir}")
+            tr.write_line(f"evidence chain head: {outcome.head}  (check: agenteval verify "
+                          f"{outcome.run_dir} --expect-head {outcome.head})")
 
 
 def _leaves(node: EvalResult) -> list[EvalResult]:
@@ -105,4 +109,4 @@ def failure_text(item: ScenarioItem) -> str:
     answer = run.answer or ""
     shown = answer if len(answer) <= 600 else answer[:600] + f"… [{len(answer) - 600} more chars]"
     lines.append("answer: " + shown.replace("\n", "\n        "))
-    return "\n".join(lines)
+    return item.config.stash[STATE].redactor.text("\n".join(lines))

@@ -52,12 +52,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "calibration: a golden-dataset entry graded by the judge")
     state = AgentevalState(config)
     config.stash[STATE] = state
+    _sigterm_as_interrupt(config)
     if state.bench_roots:
         paths = [str(p) for p in state.bench_roots]
         if config.args_source == pytest.Config.ArgsSource.ARGS:
             config.args = [*config.args, *(p for p in paths if p not in config.args)]
         else:
             config.args = paths
+
+
+def _sigterm_as_interrupt(config: pytest.Config) -> None:
+    """Treat SIGTERM like Ctrl-C so an interrupted run still seals its evidence as incomplete."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -132,7 +150,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from ._collect import AgentevalError
 
         if call.when == "setup" and call.excinfo is not None and call.excinfo.errisinstance(AgentevalError):
-            report.longrepr = str(call.excinfo.value)
+            report.longrepr = _state(item.config).redactor.text(str(call.excinfo.value))
     return report
 
 
@@ -164,7 +182,7 @@ class _Reporter:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.state.is_worker or not self.state.collected:
             return
-        self.state.finish(session)
+        self.state.finish(session, exitstatus)
         session.exitstatus = self.state.exitstatus(session.exitstatus)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

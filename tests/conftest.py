@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from demo_family import make_demo
 
 
 @pytest.fixture
@@ -20,3 +21,9 @@ def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
 
 # The fake OpenAI/Anthropic server (tests/fakellm.py) provides the `fake_llm` fixture.
 from fakellm import fake_llm_fixture  # noqa: E402, F401
+
+
+@pytest.fixture
+def demo(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester project with the `demo` family and a keyword subject."""
+    return make_demo(pytester)
