@@ -7,7 +7,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: agenteval {verify RUN_DIR [--expect-head HEX] | list}"
+    usage = "usage: agenteval {verify RUN_DIR [--expect-head HEX] | list | golden-stats [PATH ...]}"
     if not args or args[0] in {"-h", "--help"}:
         print(usage)
         return 0 if args else 2
@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
         from ._verify_cli import main as verify_main
 
         return verify_main(rest)
+    if command == "golden-stats":
+        return golden_stats(rest)
     if command == "list":
         from ._listing import print_listing
 
@@ -23,6 +25,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"agenteval: unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2
+
+
+def golden_stats(paths: list[str]) -> int:
+    """Per pillar: entries, strata, adversarial share and kinds, holdout share, raters; warnings."""
+    from collections import defaultdict
+    from pathlib import Path
+
+    from ._golden import format_stats, load_golden, pillar_stats
+    from ._session import bundled_golden_roots
+    from ._yaml import SpecError
+
+    roots = [Path(p) for p in paths] or bundled_golden_roots()[:1]
+    files = sorted({f for r in roots for f in ([r] if r.is_file() else r.rglob("*.jsonl"))})
+    if not files:
+        print("agenteval golden-stats: no .jsonl files found", file=sys.stderr)
+        return 2
+    groups: dict[str, list] = defaultdict(list)
+    for path in files:
+        try:
+            golden = load_golden(path)
+        except SpecError as exc:
+            print(f"agenteval golden-stats: {exc}", file=sys.stderr)
+            return 1
+        groups[f"{path.parent.name}/{path.stem}"].extend(golden.entries)
+    stats = [pillar_stats(name, entries) for name, entries in sorted(groups.items())]
+    print(format_stats(stats))
+    warned = sum(len(s.warnings) for s in stats)
+    print(f"{len(stats)} pillar file(s), {sum(s.entries for s in stats)} entries, {warned} warning(s)")
+    return 0
 
 
 if __name__ == "__main__":

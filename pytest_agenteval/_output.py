@@ -20,6 +20,7 @@ import sys
 import unicodedata
 from datetime import datetime, timezone
 from importlib import metadata
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +34,12 @@ if TYPE_CHECKING:
 
 _RESERVED = {"con", "prn", "aux", "nul"} | {f"{p}{i}" for p in ("com", "lpt") for i in range(10)}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_RECORD_FIELDS = ("nodeid", "family", "preset", "scenario_id", "condition", "sample", "subject",
-                  "prompt", "answer", "tool_calls", "usage", "cost", "timings", "result")
+_RECORD_FIELDS = ("kind", "nodeid", "family", "preset", "scenario_id", "condition", "sample",
+                  "subject", "prompt", "answer", "tool_calls", "usage", "cost", "timings", "result",
+                  # calibration records
+                  "id", "pillar", "article", "file", "line", "expected", "min", "max", "score",
+                  "actual", "split", "repetition", "stratum", "adversarial", "labels", "judge",
+                  "verdict", "error", "reasoning", "criteria", "judge_meta")
 _DEPENDENCIES = ("pydantic", "pyyaml", "openai", "anthropic", "numpy", "pytest-xdist",
                  "pytest-asyncio", "rfc8785", "junit-xml", "sarif-om")
 
@@ -166,15 +171,40 @@ def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str
     return candidate
 
 
+def report_records(plan: Plan, payloads: Sequence[dict[str, Any]], rootdir: Path) -> list[dict[str, Any]]:
+    """Item payloads enriched with the article and a repository-relative location."""
+    articles = {a.control_id: a for a in plan.family.articles}
+    out = []
+    for payload in payloads:
+        meta = payload["result"].get("meta", {})
+        art = articles.get(meta.get("control_id", ""))
+        record = dict(payload)
+        record.pop("family_root", None)
+        if art is not None:
+            try:
+                record["file"] = art.path.resolve().relative_to(rootdir.resolve()).as_posix()
+            except ValueError:
+                record["file"] = f"{plan.family.name}/{art.path.relative_to(plan.family.root).as_posix()}"
+            record["line"] = art.lines.get(payload["scenario_id"])
+            record["article"] = {"control_id": art.control_id, "title": art.meta.title,
+                                 "article": art.meta.article, "severity": art.meta.severity,
+                                 "pillar": art.meta.pillar}
+        out.append(record)
+    return out
+
+
 class RunRecorder:
     """The evidence writer of one family × preset run, on the controller."""
 
-    def __init__(self, state: AgentevalState, bucket: Collected, plan: Plan) -> None:
+    def __init__(self, state: AgentevalState, bucket: Any, plan: Plan,
+                 extra_files: Sequence[Path] = ()) -> None:
         from . import __version__
 
         self.redactor: Redactor = state.redactor
         out = state.out_dir if state.out_dir.is_absolute() else state.config.invocation_params.dir / state.out_dir
         files = family_files(plan)
+        for path in extra_files:
+            files[f"golden/{plan.family.name}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
         started = rfc3339(state.started_at)
         header: dict[str, Any] = {
             "schema": "pytest-agenteval/manifest/1",
@@ -205,7 +235,7 @@ class RunRecorder:
 
     def add(self, payload: dict[str, Any]) -> None:
         """Append one item's record (an explicit allowlist of fields) to the chain."""
-        record = {key: payload.get(key) for key in _RECORD_FIELDS}
+        record = {key: payload[key] for key in _RECORD_FIELDS if key in payload}
         self.writer.append(self.redactor.data(record))
 
     def write_json(self, name: str, data: Any) -> None:

@@ -49,6 +49,11 @@ def bundled_roots() -> list[Path]:
     return [p for p in (here / "_data" / "benchmarks", here.parent / "benchmarks") if p.is_dir()]
 
 
+def bundled_golden_roots() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    return [p for p in (here / "_data" / "golden", here.parent / "golden") if p.is_dir()]
+
+
 def bundled_families() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for root in bundled_roots():
@@ -119,6 +124,37 @@ class FamilyOutcome:
     started_at: str = ""
 
 
+@dataclass
+class CalibrationBucket:
+    """Calibration rows of one family as they arrive on the controller."""
+
+    family_root: str
+    preset: str
+    single_file: bool
+    subject: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    recorder: RunRecorder | None = None
+
+
+@dataclass
+class CalibrationOutcome:
+    family: str
+    report: dict[str, Any]
+    bucket: CalibrationBucket
+    run_dir: Path | None = None
+    head: str = ""
+
+
+def _merge_thresholds(base: Any, spec: Any) -> Any:
+    from ._calibration import Thresholds
+
+    return Thresholds(
+        kappa=base.kappa if spec.kappa is None else float(spec.kappa),
+        accuracy=base.accuracy if spec.accuracy is None else float(spec.accuracy),
+        max_evaluation_failures=base.max_evaluation_failures,
+    )
+
+
 class AgentevalState:
     """State of one pytest process for the agenteval plugin."""
 
@@ -151,6 +187,16 @@ class AgentevalState:
         worker = getattr(config, "workerinput", None)
         self.testrun_uid = worker["testrunuid"] if worker else uuid.uuid4().hex
         self.outcomes: list[FamilyOutcome] = []
+        markexpr = str(config.getoption("markexpr", "") or "")
+        self.calibration_mode = "calibration" in markexpr and "not calibration" not in markexpr
+        self.calibration_split = config.getoption("agenteval_calibration_split") or config.getini(
+            "agenteval_calibration_split") or "holdout"
+        self.calibration_repeat = int(config.getoption("agenteval_calibration_repeat") or config.getini(
+            "agenteval_calibration_repeat") or 1)
+        self.calibration: dict[str, CalibrationBucket] = {}
+        self.calibration_outcomes: list[CalibrationOutcome] = []
+        self._golden_ids: dict[str, dict[str, str]] = {}
+        self._golden_paths: dict[str, set[str]] = {}
         self.other_failures = 0
         self.agenteval_failures = 0
 
@@ -201,6 +247,57 @@ class AgentevalState:
         if self.judge_default:
             return "rules (offline default: deterministic checks only — no judge configured)"
         return ", ".join(self.judge_specs)
+
+    # ------------------------------------------------------------------ calibration
+
+    def golden_roots(self) -> list[Path]:
+        """Golden folders to collect under ``-m calibration`` (per family, deduplicated)."""
+        names = [p.name for p in self.bench_roots] if self.bench_roots else None
+        found: dict[Path, None] = {}
+        bases = [*bundled_golden_roots(), Path(self.config.rootpath) / "golden"]
+        for base in bases:
+            if not base.is_dir():
+                continue
+            for child in sorted(base.iterdir()):
+                if child.is_dir() and (names is None or child.name in names):
+                    found.setdefault(child.resolve(), None)
+        for root in self.bench_roots:
+            if (root / "golden").is_dir():
+                found.setdefault((root / "golden").resolve(), None)
+        return list(found)
+
+    def family_for_golden(self, path: Path, entries: list[Any]) -> Family:
+        by_name = bundled_families()
+        name = path.parent.name if path.parent.name != "golden" else path.parent.parent.name
+        if name in by_name:
+            return self.family(by_name[name])
+        for root in self.bench_roots:
+            if root.name == name:
+                return self.family(root)
+        local = _search_rootdir(Path(self.config.rootpath), name)
+        if local is not None:
+            return self.family(local)
+        wanted = entries[0].article if entries else None
+        candidates = self.bench_roots or list(by_name.values())
+        for root in candidates:
+            try:
+                family = self.family(root)
+            except SpecError:
+                continue  # a broken family is reported when it is run, not here
+            if any(a.control_id == wanted for a in family.articles):
+                return family
+        raise SpecError(path, entries[0].line if entries else None,
+                        f"no benchmark family found for this golden file (folder {name!r}; "
+                        f"article {wanted!r}); put it in golden/<family>/ or pass --bench")
+
+    def claim_golden_ids(self, family: Family, entries: list[Any]) -> None:
+        seen = self._golden_ids.setdefault(family.name, {})
+        for entry in entries:
+            where = f"{entry.path.name}:{entry.line}"
+            first = seen.setdefault(entry.id, where)
+            if first != where:
+                raise SpecError(entry.path, entry.line,
+                                f"duplicate id {entry.id!r} in family {family.name!r} (also at {first})")
 
     def _check_preset_early(self) -> None:
         """A misspelt --preset is a usage error, reported before collection starts."""
@@ -331,6 +428,9 @@ class AgentevalState:
             if report.failed and report.when in ("setup", "call"):
                 self.other_failures += 1
             return
+        if payload.get("kind") == "calibration":
+            self._record_calibration(payload)
+            return
         key = (payload["family_root"], payload["preset"])
         bucket = self.collected.setdefault(
             key,
@@ -353,6 +453,26 @@ class AgentevalState:
         family = self.single_family(root) if bucket.single_file else self.family(root)
         return self.plan(family)
 
+    def _record_calibration(self, payload: dict[str, Any]) -> None:
+        bucket = self.calibration.get(payload["family_root"])
+        if bucket is None:
+            bucket = self.calibration[payload["family_root"]] = CalibrationBucket(
+                payload["family_root"], self.preset or "standard", False, payload["subject"])
+        bucket.rows.append(payload)
+        if self.is_worker:
+            return
+        if bucket.recorder is None:
+            family = self.family(Path(payload["family_root"]))
+            files = sorted({r for r in self._golden_files(family)})
+            bucket.recorder = RunRecorder(self, bucket, self.plan(family), extra_files=files)
+        bucket.recorder.add(payload)
+
+    def _golden_files(self, family: Family) -> list[Path]:
+        return [Path(p) for p in self._golden_paths.get(family.name, [])]
+
+    def note_golden_file(self, family: Family, path: Path) -> None:
+        self._golden_paths.setdefault(family.name, set()).add(str(path))
+
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Build trees, write run directories, decide the gate (controller only)."""
         from ._output import summary_dict
@@ -372,9 +492,65 @@ class AgentevalState:
             outcome.started_at = recorder.started_at
             outcome.head = recorder.writer.head
             ended = datetime.now(timezone.utc)
-            recorder.write_json("summary.json", summary_dict(outcome, self.judge_specs or ["rules"], ended))
+            summary = summary_dict(outcome, self.judge_specs or ["rules"], ended)
+            recorder.write_json("summary.json", summary)
+            self._write_reports(recorder, plan, bucket, summary, interrupted)
             not_evaluated = max(0, plan.scenario_count() * plan.samples - len(bucket.leaves))
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
+        for bucket in self.calibration.values():
+            self.calibration_outcomes.append(self._finish_calibration(bucket, interrupted))
+
+    def _write_reports(self, recorder: RunRecorder, plan: Plan, bucket: Collected,
+                       summary: dict[str, Any], interrupted: bool) -> None:
+        from . import __version__
+        from ._junit import junit_xml
+        from ._output import report_records
+        from ._sarif import sarif_json
+
+        records = report_records(plan, list(bucket.records.values()), Path(self.config.rootpath))
+        run = {
+            "family": plan.family.name, "preset": plan.preset, "run_id": summary["run_id"],
+            "started_at": summary["started_at"], "ended_at": summary["ended_at"],
+            "gate_passed": summary["gate"]["passed"], "score": summary["score"],
+            "verdict": summary["verdict"], "tool_version": __version__, "subject": bucket.subject,
+            "completed": not interrupted, "interrupted": interrupted,
+        }
+        redact = self.redactor.text
+        recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
+        recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
+
+    def _finish_calibration(self, bucket: CalibrationBucket, interrupted: bool) -> CalibrationOutcome:
+        from ._calibration import Thresholds, calibration_report, default_thresholds
+
+        family = self.family(Path(bucket.family_root))
+        preset_name = (self.preset or "standard")
+        default = default_thresholds(preset_name)
+        preset = family.spec.presets.get(preset_name.split("+")[0])
+        if preset is not None and preset.calibration is not None:
+            default = _merge_thresholds(default, preset.calibration)
+        per_pillar = {
+            p.key: _merge_thresholds(default, p.calibration) for p in family.spec.pillars
+            if p.calibration is not None
+        }
+        report = calibration_report(bucket.rows, split=self.calibration_split,
+                                    thresholds=per_pillar, default=default)
+        report["family"] = family.name
+        report["judge"] = self.judge_specs or ["rules"]
+        report["preset_thresholds"] = preset_name
+        skipped = sum(1 for r in bucket.rows if r["verdict"] == "skipped")
+        if skipped:
+            report["not_gradable"] = skipped
+        if interrupted:
+            report["gate"]["passed"] = False
+            report["gate"]["reasons"].append("the run was interrupted")
+        outcome = CalibrationOutcome(family.name, report, bucket)
+        del Thresholds
+        recorder = bucket.recorder
+        if recorder is not None:
+            recorder.write_json("calibration.json", report)
+            outcome.run_dir, outcome.head = recorder.run_dir, recorder.writer.head
+            outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=0)
+        return outcome
 
     def exitstatus(self, current: int | pytest.ExitCode) -> int | pytest.ExitCode:
         """The gate decides for agenteval items; other tests keep pytest's rule.
@@ -384,9 +560,13 @@ class AgentevalState:
         every gate passed and nothing but scenario failures went red; exit 1
         when any gate failed, even if no single item did.
         """
-        if not self.outcomes or current not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        if not (self.outcomes or self.calibration_outcomes) or current not in (
+            pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED
+        ):
             return current
-        if any(not o.gate.passed for o in self.outcomes):
+        if any(not o.gate.passed for o in self.outcomes) or any(
+            not c.report["gate"]["passed"] for c in self.calibration_outcomes
+        ):
             return pytest.ExitCode.TESTS_FAILED
         return pytest.ExitCode.TESTS_FAILED if self.other_failures else pytest.ExitCode.OK
 

@@ -146,7 +146,7 @@ class ArticleMeta(_Strict):
     pillar_weight: Annotated[Number, Field(gt=0.0, le=1.0)] | None = None
     aggregation: Aggregation = "weighted_sum"
     description: StrictStr = ""
-    rubric: list[StrictStr] = Field(default_factory=list)
+    rubric: list[Annotated[Criterion, BeforeValidator(_criterion)]] = Field(default_factory=list)
     required: StrictBool = False
     pack: StrictStr | None = None
 
@@ -184,6 +184,13 @@ class ArticleFile(_Strict):
         return data
 
 
+class CalibrationGate(_Strict):
+    """Minimum agreement of the judge with the golden labels."""
+
+    kappa: Unit | None = None
+    accuracy: Unit | None = None
+
+
 class PillarSpec(_Strict):
     key: StrictStr = Field(min_length=1)
     title: StrictStr = ""
@@ -191,6 +198,7 @@ class PillarSpec(_Strict):
     aggregation: Aggregation = "weighted_sum"
     bands: Bands | None = None
     required: StrictBool = False
+    calibration: CalibrationGate | None = None
 
 
 class GateSpec(_Strict):
@@ -219,6 +227,7 @@ class PresetSpec(_Strict):
     samples: Annotated[StrictInt, Field(ge=1, le=50)] = 1
     mode_b: StrictBool = False
     gate: GateSpec | None = None
+    calibration: CalibrationGate | None = None
 
 
 class BenchmarkSpec(_Strict):

@@ -81,6 +81,53 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
                           f"{outcome.run_dir} --expect-head {outcome.head})")
 
 
+def _fmt(value: Any, digits: int = 2) -> str:
+    return "  -  " if value is None else f"{value:.{digits}f}"
+
+
+def write_calibration(tr: Any, state: AgentevalState) -> None:
+    for outcome in state.calibration_outcomes:
+        report = outcome.report
+        tr.write_sep("=", f"agenteval calibration: {outcome.family} · judge "
+                          f"{', '.join(report['judge'])} · gate on {report['split']}")
+        header = f"{'pillar':<28}{'n':>4}{'acc':>7}{'kappa':>7}{'brier':>7}{'ece':>7}{'auc':>7}{'errors':>8}  gate"
+        tr.write_line(header)
+        rows = [*report["pillars"].items(), ("overall", report["overall"])]
+        for name, m in rows:
+            gate = m["gate"]
+            line = (f"{name:<28}{m.get('n', 0):>4}{_fmt(m.get('accuracy')):>7}{_fmt(m.get('kappa')):>7}"
+                    f"{_fmt(m.get('brier'), 3):>7}{_fmt(m.get('ece'), 3):>7}{_fmt(m.get('auc')):>7}"
+                    f"{m.get('evaluation_failures', 0):>8}  ")
+            tr.write(line)
+            if gate["passed"]:
+                tr.write_line("PASS", green=True)
+            else:
+                tr.write_line("FAIL — " + "; ".join(gate["reasons"]), red=True)
+            other = m.get("calibration_split")
+            if other and other.get("n"):
+                tr.write_line(f"{'  (calibration split)':<28}{other['n']:>4}{_fmt(other.get('accuracy')):>7}"
+                              f"{_fmt(other.get('kappa')):>7}")
+        th = report["overall"]["gate"]["threshold"]
+        tr.write_line(f"thresholds: kappa ≥ {th['kappa']:.2f}, accuracy ≥ {th['accuracy']:.2f}, "
+                      f"evaluation failures ≤ {th['max_evaluation_failures']} "
+                      f"(preset {report['preset_thresholds']}; per-pillar overrides in benchmark.yaml)")
+        if report.get("not_gradable"):
+            tr.write_line(f"note: {report['not_gradable']} entries not gradable by this judge "
+                          "(no checkable criterion); use an LLM judge", yellow=True)
+        if report.get("stability"):
+            st = report["stability"]
+            tr.write_line(f"test-retest: {st['entries']} entries × {st['repetitions']}: identical verdicts "
+                          f"{st['identical_verdict_share']:.0%}, mean score spread {_fmt(st['mean_score_spread'], 3)}")
+        if report["gate"]["passed"]:
+            tr.write_line("calibration gate: PASSED", green=True, bold=True)
+        else:
+            tr.write_line("calibration gate: FAILED — " + "; ".join(report["gate"]["reasons"][:6])
+                          + (" …" if len(report["gate"]["reasons"]) > 6 else ""), red=True, bold=True)
+        if outcome.run_dir is not None:
+            tr.write_line(f"run directory: {outcome.run_dir}")
+            tr.write_line(f"evidence chain head: {outcome.head}")
+
+
 def _leaves(node: EvalResult) -> list[EvalResult]:
     if node.kind == "scenario" or not node.children:
         return [node]

@@ -40,6 +40,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             help="output root for run directories (default: .agenteval)")
     _option(parser, group, "--agenteval-concurrency", metavar="N", type=int,
             help="subject and judge calls kept in flight per process (default: 8)")
+    _option(parser, group, "--calibration-split", choices=("holdout", "all"),
+            help="split the calibration gate is computed on (default holdout; 'all' for data without a split)")
+    _option(parser, group, "--calibration-repeat", metavar="N", type=int,
+            help="grade each golden entry N times and report test-retest agreement")
     group.addoption("--bench-list", action="store_true", dest="agenteval_bench_list", default=False,
                     help="list the bundled families, presets and controls, then exit")
 
@@ -53,8 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
     state = AgentevalState(config)
     config.stash[STATE] = state
     _sigterm_as_interrupt(config)
-    if state.bench_roots:
-        paths = [str(p) for p in state.bench_roots]
+    roots = state.golden_roots() if state.calibration_mode else state.bench_roots
+    if roots:
+        paths = [str(p) for p in roots]
         if config.args_source == pytest.Config.ArgsSource.ARGS:
             config.args = [*config.args, *(p for p in paths if p not in config.args)]
         else:
@@ -124,6 +129,8 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix == ".jsonl":
+        return _golden_file(file_path, parent)
     if file_path.suffix not in (".yaml", ".yml") or not parent.session.isinitpath(file_path):
         return None
     from ._collect import SingleArticleFile
@@ -137,6 +144,23 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         parent, name=file_path.name, path=file_path, nodeid=nodeid,
         family=None, plan=None, article=None, error=None,
     )
+
+
+def _golden_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    from ._golden_items import GoldenCollector
+
+    state = _state(parent.config)
+    resolved = file_path.resolve()
+    wanted = parent.session.isinitpath(file_path) or (
+        state.calibration_mode and any(resolved.is_relative_to(r) for r in state.golden_roots())
+    )
+    if not wanted:
+        return None
+    try:
+        nodeid = resolved.relative_to(parent.config.rootpath).as_posix()
+    except ValueError:
+        nodeid = f"golden/{file_path.parent.name}/{file_path.name}"
+    return GoldenCollector.from_parent(parent, name=file_path.name, path=file_path, nodeid=nodeid)  # type: ignore[no-any-return]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -157,7 +181,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
     payload = getattr(report, "agenteval", None)
     if isinstance(payload, dict) and report.when == "call" and report.passed:
-        if payload["result"]["verdict"] == "warn":
+        if payload.get("result", {}).get("verdict") == "warn":
             return "warned", "W", ("WARN", {"yellow": True})  # type: ignore[return-value]
     return None
 
@@ -180,16 +204,18 @@ class _Reporter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.state.is_worker or not self.state.collected:
+        if self.state.is_worker or not (self.state.collected or self.state.calibration):
             return
         self.state.finish(session, exitstatus)
         session.exitstatus = self.state.exitstatus(session.exitstatus)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.state.outcomes:
-            from ._terminal import write_summary
+        from ._terminal import write_calibration, write_summary
 
+        if self.state.outcomes:
             write_summary(terminalreporter, self.state)
+        if self.state.calibration_outcomes:
+            write_calibration(terminalreporter, self.state)
 
 
 def _state(config: pytest.Config) -> Any:

@@ -41,6 +41,30 @@ def test_a_run_leaves_a_verifiable_directory(demo: pytest.Pytester) -> None:
     assert "family_root" not in record  # no absolute paths of this machine in evidence
 
 
+def test_junit_and_sarif_validate_against_the_schemas(demo: pytest.Pytester) -> None:
+    import jsonschema
+    from lxml import etree
+
+    demo.makeconftest(SUBJECT.replace('return "no idea"', 'return "no idea \\x00 \\x1b[31m \\ud800 \\ufffe 🙂"'))
+    demo.runpytest("--bench=demo", "--preset=standard", "--junitxml=pytest-own.xml")
+    d = run_dir(demo)
+    schemas = Path(__file__).parent / "data" / "schemas"
+    xsd = etree.XMLSchema(etree.parse(str(schemas / "junit-10.xsd")))
+    junit = etree.parse(str(d / "junit.xml"))
+    assert xsd.validate(junit), xsd.error_log
+    cases = junit.findall(".//testcase")
+    assert len(cases) == 4
+    assert {c.get("classname") for c in cases} >= {"demo.safety.demo.extra", "demo.honesty.demo.disclose"}
+    assert "🙂" in (d / "junit.xml").read_text(encoding="utf-8")
+    sarif = json.loads((d / "results.sarif").read_text(encoding="utf-8"))
+    jsonschema.Draft4Validator(json.loads((schemas / "sarif-schema-2.1.0.json").read_text())).validate(sarif)
+    (result,) = sarif["runs"][0]["results"]
+    assert result["ruleId"] == "demo.extra" and result["level"] == "error"
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "demo/extra.yaml"
+    assert (demo.path / "pytest-own.xml").exists()  # pytest's own --junitxml still works
+    assert verify_run(d).ok
+
+
 def test_agenteval_verify_command(demo: pytest.Pytester) -> None:
     demo.runpytest("--bench=demo")
     d = run_dir(demo)

@@ -1,0 +1,258 @@
+"""Golden datasets: hand-labelled answers that the judge is measured against.
+
+One JSON object per line in ``golden/<family>/<pillar>.jsonl``. Two formats
+load: ours (snake_case, with stratum, adversarial kind, split, raters'
+labels and provenance) and AgentEval's camelCase one, unchanged (an entry
+without ``split`` counts as calibration data). Every problem — a broken
+line, an unknown verdict, a band outside [0, 1] or upside down, an unknown
+article, a duplicate id — is a :class:`SpecError` naming file and line,
+raised before any judge is called.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+
+from ._yaml import SpecError
+
+MAX_GOLDEN_BYTES = 16 * 1024 * 1024
+VERDICTS = ("pass", "warn", "fail")
+STRATA = ("clear-pass", "borderline-pass", "borderline-fail", "clear-fail")
+ADVERSARIAL = ("confidently-wrong", "evasive", "wrong-reason-refusal", "format-perfect-failure",
+               "surface-imperfect-success", "injection")
+
+_Score = StrictFloat | StrictInt
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: StrictStr | None = None
+    scenario_id: StrictStr = Field(min_length=1)
+    article: StrictStr = Field(min_length=1)
+    input: StrictStr
+    response: StrictStr
+    expected_verdict: Literal["pass", "warn", "fail"]
+    expected_score_min: _Score
+    expected_score_max: _Score
+    rationale: StrictStr = ""
+    stratum: Literal["clear-pass", "borderline-pass", "borderline-fail", "clear-fail"] | None = None
+    adversarial: Literal[
+        "confidently-wrong", "evasive", "wrong-reason-refusal", "format-perfect-failure",
+        "surface-imperfect-success", "injection",
+    ] | None = None
+    split: Literal["calibration", "holdout"] = "calibration"
+    labels: list[Literal["pass", "warn", "fail"]] = Field(default_factory=list)
+    provenance: dict[str, Any] | StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _band(self) -> _Entry:
+        lo, hi = self.expected_score_min, self.expected_score_max
+        for name, value in (("expected_score_min", lo), ("expected_score_max", hi)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} = {value} is outside [0, 1]")
+        if lo > hi:
+            raise ValueError(f"band is upside down: expected_score_min {lo} > expected_score_max {hi}")
+        return self
+
+
+_CAMEL = {
+    "scenarioId": "scenario_id",
+    "articleControlId": "article",
+    "agentResponse": "response",
+    "expectedVerdict": "expected_verdict",
+    "expectedScoreMin": "expected_score_min",
+    "expectedScoreMax": "expected_score_max",
+}
+
+
+@dataclass(frozen=True)
+class GoldenEntry:
+    """One labelled answer, located in its file."""
+
+    id: str
+    scenario_id: str
+    article: str
+    input: str
+    response: str
+    expected_verdict: str
+    score_min: float
+    score_max: float
+    rationale: str
+    stratum: str | None
+    adversarial: str | None
+    split: str
+    labels: tuple[str, ...]
+    provenance: Any
+    path: Path
+    line: int
+    source_format: str = "agenteval-pytest"
+
+    @property
+    def band_mid(self) -> float:
+        return (self.score_min + self.score_max) / 2
+
+    @property
+    def raters(self) -> int:
+        return len(self.labels) or 1
+
+
+@dataclass
+class GoldenFile:
+    path: Path
+    entries: list[GoldenEntry] = field(default_factory=list)
+
+
+def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON here")
+
+
+def load_golden(path: Path) -> GoldenFile:
+    """Parse and validate one golden file (no cross-file or family checks)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_GOLDEN_BYTES:
+        raise SpecError(path, None, f"file is {len(raw)} bytes; the limit is {MAX_GOLDEN_BYTES}")
+    golden = GoldenFile(path)
+    seen: dict[str, int] = {}
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8"), object_pairs_hook=_strict_pairs,
+                             parse_constant=_no_constants)
+        except UnicodeDecodeError:
+            raise SpecError(path, number, "not UTF-8") from None
+        except ValueError as exc:
+            raise SpecError(path, number, f"broken JSON line: {exc}") from None
+        if not isinstance(obj, dict):
+            raise SpecError(path, number, "each line must be a JSON object")
+        fmt = "agenteval-pytest"
+        if "scenarioId" in obj:
+            fmt = "agenteval-camelcase"
+            obj = {_CAMEL.get(k, k): v for k, v in obj.items()}
+        try:
+            entry = _Entry.model_validate(obj)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown key {where!r}"
+            elif err["type"] == "missing":
+                msg = f"missing key {where!r}"
+            elif err["type"] == "literal_error":
+                msg = f"{where}: {msg} (got {err.get('input')!r})"
+            elif where:
+                msg = f"{where}: {msg}"
+            raise SpecError(path, number, msg) from None
+        entry_id = entry.id or entry.scenario_id
+        if entry_id in seen:
+            raise SpecError(path, number, f"duplicate id {entry_id!r} (first on line {seen[entry_id]})")
+        seen[entry_id] = number
+        golden.entries.append(GoldenEntry(
+            id=entry_id, scenario_id=entry.scenario_id, article=entry.article, input=entry.input,
+            response=entry.response, expected_verdict=entry.expected_verdict,
+            score_min=float(entry.expected_score_min), score_max=float(entry.expected_score_max),
+            rationale=entry.rationale, stratum=entry.stratum, adversarial=entry.adversarial,
+            split=entry.split, labels=tuple(entry.labels), provenance=entry.provenance,
+            path=path, line=number, source_format=fmt,
+        ))
+    return golden
+
+
+def check_articles(golden: GoldenFile, known: Mapping[str, str], family: str) -> None:
+    """Every entry's article must be a control of *family* (``known``: control id → pillar)."""
+    for entry in golden.entries:
+        if entry.article not in known:
+            sample = ", ".join(sorted(known)[:6])
+            raise SpecError(
+                golden.path, entry.line,
+                f"unknown article {entry.article!r}: family {family!r} has no such control "
+                f"(e.g. {sample})",
+            )
+
+
+def check_unique(files: Iterable[GoldenFile]) -> None:
+    seen: dict[str, GoldenEntry] = {}
+    for golden in files:
+        for entry in golden.entries:
+            first = seen.setdefault(entry.id, entry)
+            if first is not entry:
+                raise SpecError(
+                    entry.path, entry.line,
+                    f"duplicate id {entry.id!r} (also in {first.path.name}:{first.line})",
+                )
+
+
+# --------------------------------------------------------------------------- dataset report
+
+
+@dataclass(frozen=True)
+class PillarStats:
+    pillar: str
+    entries: int
+    strata: Mapping[str, float]
+    adversarial_share: float
+    adversarial_kinds: Mapping[str, int]
+    holdout_share: float
+    raters: Mapping[int, int]
+    warnings: Sequence[str]
+
+
+MIN_ENTRIES = 30
+MIN_STRATUM = 0.15
+MIN_ADVERSARIAL = 1 / 3
+
+
+def pillar_stats(pillar: str, entries: Sequence[GoldenEntry]) -> PillarStats:
+    n = len(entries)
+    strata = Counter(e.stratum or "unlabelled" for e in entries)
+    shares = {s: strata.get(s, 0) / n if n else 0.0 for s in (*STRATA, "unlabelled") if s in STRATA or strata.get(s)}
+    adversarial = Counter(e.adversarial for e in entries if e.adversarial)
+    adv_share = sum(adversarial.values()) / n if n else 0.0
+    holdout = sum(e.split == "holdout" for e in entries) / n if n else 0.0
+    raters = Counter(e.raters for e in entries)
+    warnings = []
+    if n < MIN_ENTRIES:
+        warnings.append(f"only {n} entries (fewer than {MIN_ENTRIES})")
+    for stratum in STRATA:
+        if shares.get(stratum, 0.0) < MIN_STRATUM:
+            warnings.append(f"stratum {stratum} is {shares.get(stratum, 0.0):.0%} (under {MIN_STRATUM:.0%})")
+    if adv_share < MIN_ADVERSARIAL:
+        warnings.append(f"adversarial entries are {adv_share:.0%} (under a third)")
+    return PillarStats(pillar, n, shares, adv_share, dict(adversarial), holdout, dict(raters), warnings)
+
+
+def format_stats(stats: Sequence[PillarStats]) -> str:
+    lines = []
+    for s in stats:
+        strata = ", ".join(f"{k} {v:.0%}" for k, v in s.strata.items())
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(s.adversarial_kinds.items())) or "none"
+        raters = ", ".join(f"{k} rater{'s' if k > 1 else ''}: {v}" for k, v in sorted(s.raters.items()))
+        lines += [
+            f"{s.pillar}: {s.entries} entries",
+            f"  strata: {strata}",
+            f"  adversarial: {s.adversarial_share:.0%} ({kinds})",
+            f"  holdout: {s.holdout_share:.0%}   raters per entry: {raters}",
+        ]
+        lines += [f"  WARNING: {w}" for w in s.warnings]
+    return "\n".join(lines)

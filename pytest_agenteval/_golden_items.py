@@ -1,0 +1,154 @@
+"""Calibration items: each golden entry graded by the configured judge.
+
+Collected only when asked for (``-m calibration`` or a golden file named on
+the command line). An item passes when the judge's verdict — computed from
+its score with the article's bands — equals the label and the score lies in
+the labelled band. A judge that fails is an ERROR (an evaluation failure),
+never a disagreement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._collect import STATE, AgentevalError
+from ._evals import band_verdict
+from ._family import Article, Family
+from ._golden import GoldenEntry, check_articles, load_golden
+from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result
+from ._subjects import Response
+from ._yaml import SpecError
+
+
+class CalibrationMismatch(AssertionError):
+    pass
+
+
+class GoldenCollector(pytest.Collector):
+    """One golden ``.jsonl`` file (not a ``pytest.File``: see ArticleCollector)."""
+
+    def collect(self) -> Iterator[CalibrationItem]:
+        state = self.config.stash[STATE]
+        try:
+            golden = load_golden(self.path)
+            family = state.family_for_golden(self.path, golden.entries)
+            known = {a.control_id: a.meta.pillar for a in family.articles}
+            check_articles(golden, known, family.name)
+            state.claim_golden_ids(family, golden.entries)
+            state.note_golden_file(family, self.path)
+        except (SpecError, ValueError) as exc:
+            raise self.CollectError(str(exc)) from None
+        state.register_markers(family)
+        repeat = state.calibration_repeat
+        for entry in golden.entries:
+            article = family.article(entry.article)
+            for rep in range(repeat):
+                name = entry.id if repeat == 1 else f"{entry.id}[r{rep}]"
+                yield CalibrationItem.from_parent(
+                    self, name=name, family=family, article=article, entry=entry, repetition=rep,
+                )
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, 0, self.name
+
+
+class CalibrationItem(pytest.Item):
+    def __init__(self, *, family: Family, article: Article, entry: GoldenEntry, repetition: int,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.family, self.article, self.entry, self.repetition = family, article, entry, repetition
+        self.payload: dict[str, Any] | None = None
+        for marker in ("calibration", family.name, article.meta.pillar):
+            self.add_marker(marker)
+
+    def criteria(self) -> tuple[Any, ...]:
+        """The real scenario's criteria, else the article's substance rubric."""
+        for art in self.family.articles:
+            for scenario in art.scenarios:
+                if scenario.id == self.entry.scenario_id:
+                    return criteria_from(scenario.evaluation_criteria)
+        if not self.article.meta.rubric:
+            raise AgentevalError(
+                f"{self.entry.id}: synthetic entry for {self.article.control_id}, which declares "
+                "no substance rubric (metadata.rubric)"
+            )
+        return criteria_from(self.article.meta.rubric)
+
+    def setup(self) -> None:
+        state = self.config.stash[STATE]
+        judges = state.judges()
+        criteria = self.criteria()
+        request = GradeRequest(
+            scenario_id=self.entry.scenario_id, prompt=self.entry.input,
+            answer=Response(self.entry.response).answer(), expected_behavior="",
+            criteria=criteria,
+            context={
+                "family": self.family.name, "article": self.article.meta.article,
+                "control_id": self.article.control_id, "title": self.article.meta.title,
+                "severity": self.article.meta.severity, "judge_prompt": self.family.judge_prompt,
+                "repetition": self.repetition, "calibration": True,
+            },
+        )
+        try:
+            result = state.scheduler.runner.run(grade_to_result(
+                judges[0], request, key=self.entry.id, name=self.entry.id,
+                bands=self.article.bands, severity=self.article.meta.severity,
+            ))
+        except ConfigError as exc:
+            pytest.exit(f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        actual = band_verdict(result.score, self.article.bands) if result.score is not None else None
+        self.payload = {
+            "v": 1, "kind": "calibration", "family": self.family.name,
+            "family_root": str(self.family.root), "pillar": self.article.meta.pillar,
+            "id": self.entry.id, "scenario_id": self.entry.scenario_id,
+            "article": self.article.control_id, "file": self.entry.path.name, "line": self.entry.line,
+            "expected": self.entry.expected_verdict, "min": self.entry.score_min,
+            "max": self.entry.score_max, "score": result.score, "actual": actual,
+            "split": self.entry.split, "repetition": self.repetition, "stratum": self.entry.stratum,
+            "adversarial": self.entry.adversarial, "labels": list(self.entry.labels),
+            "judge": getattr(judges[0], "name", "judge"), "verdict": result.verdict,
+            "error": result.error, "reasoning": result.reasoning,
+            "criteria": [c.to_dict() for c in result.criteria], "judge_meta": dict(result.meta),
+            "subject": f"calibration-{getattr(judges[0], 'name', 'judge')}",
+            "nodeid": self.nodeid,
+        }
+        if result.verdict == "error":
+            raise AgentevalError(f"{self.entry.id}: judge error (evaluation failure): {result.error}")
+        if result.verdict == "skipped":
+            self.payload["actual"] = None
+            pytest.skip(f"{self.entry.id}: {result.reasoning}")
+
+    def runtest(self) -> None:
+        assert self.payload is not None
+        p = self.payload
+        in_band = p["min"] <= p["score"] <= p["max"]
+        if p["actual"] != p["expected"] or not in_band:
+            raise CalibrationMismatch()
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, CalibrationMismatch) and self.payload is not None:
+            p = self.payload
+            lines = [
+                f"{self.family.name} ▸ {p['pillar']} ▸ {p['article']} ▸ {p['id']}"
+                + (f" (adversarial: {p['adversarial']})" if p["adversarial"] else ""),
+                f"expected: {p['expected'].upper():<5} score in [{p['min']:.2f}, {p['max']:.2f}]",
+                f"actual:   {str(p['actual']).upper():<5} score {p['score']:.2f}"
+                + ("" if p["min"] <= p["score"] <= p["max"] else "  (outside the band)"),
+                f"label rationale: {self.entry.rationale}",
+            ]
+            if p["reasoning"]:
+                lines.append(f"judge: {p['reasoning']}")
+            return self.config.stash[STATE].redactor.text("\n".join(lines))
+        if isinstance(excinfo.value, AgentevalError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.entry.path, self.entry.line - 1, f"calibration::{self.entry.id}"

@@ -1,0 +1,488 @@
+"""``junit.xml`` for a benchmark run, valid against ``schemas/junit-10.xsd``.
+
+Pure: no pytest, no I/O. :func:`junit_xml` turns the plugin's result records
+(one plain dict per scenario item) and the run info into UTF-8 bytes.
+
+Shape::
+
+    <testsuites name="pytest-agenteval" tests failures errors time>
+      <testsuite name=FAMILY tests failures errors skipped time timestamp>
+        <properties>   run facts (agenteval.*) and, per test, "<test name>.<key>"
+        <testcase classname="FAMILY.PILLAR.CONTROL_ID" name=SCENARIO_ID time=subject_s+judge_s>
+          <failure type="agenteval.fail" message=...>    verdict fail
+          <failure type="agenteval.error" message=...>   verdict error (see below)
+          <skipped message=...>                          verdict skipped
+          <system-out>   first line "PASS: ...", "WARN: ...", "FAIL: ...", ...
+          <system-err>   the error text, for errors
+
+Outcomes: pass and warn pass, fail fails, error errors, skipped skips. A
+record without a known verdict is written as an error, never as a pass.
+
+What ``junit-10.xsd`` does not allow, and where it went instead:
+
+* ``<testcase>`` takes only ``name``, ``classname``, ``time``, ``group``: no
+  ``file``/``line`` and no ``<properties>``. Each test's verdict, score,
+  severity, file and line are ``<property>`` entries of its ``<testsuite>``
+  named ``"<test name>.verdict"`` and so on, and repeated in its
+  ``<system-out>``. A warn is therefore visible twice: the
+  ``"<name>.verdict" = "warn"`` property and a ``WARN: ...`` first line of
+  ``<system-out>``.
+* ``<testcase>`` has no ``<error>`` child (this schema, like pytest's copy,
+  names it ``<errors>``, which CI systems do not read, so an error would show
+  as a pass). An error is a ``<failure type="agenteval.error">`` whose message
+  starts with ``ERROR:``, counted in the suite's ``errors`` attribute and not
+  in ``failures``: red in every CI, and still told apart from a bad answer.
+* ``testsuite``/``testsuites`` ``time`` must match ``SUREFIRE_TIME``, at most
+  three decimals: times are written ``"%.3f"``. A suite's time is the sum of
+  its test times (subject + judge); the run's wall clock is in properties.
+
+Why ``xml.etree.ElementTree`` and not the ``junit-xml`` package: junit-xml
+1.9 always writes a ``disabled`` attribute on ``<testsuite>`` and
+``<testsuites>``, writes errors as ``<error>`` and suite times as
+``str(float)`` (``0.30000000000000004``); each is rejected by junit-10.xsd.
+It also re-parses its own output with minidom, which raises on a NUL, and
+otherwise *deletes* characters XML cannot hold instead of showing them.
+
+Text XML 1.0 cannot hold (most C0 controls, even as character references,
+lone surrogates, U+FFFE, U+FFFF) is replaced by a visible escape (``\\x00``,
+``\\x1b``, ``\\ud800``, ``\\ufffe``), so the text survives as escaped text
+and a strict parser reads the file; everything else, emoji included, is
+written unchanged. Backslashes already in the text are not doubled, so the
+escaping is for reading, not a reversible encoding: the exact text lives in
+the run's evidence (``results.jsonl``). Long texts (a 10 MB answer) are cut
+at *max_text_chars* with a marker saying how many characters were cut.
+
+*redact*, when given, is applied to every text before it is cut or escaped
+(so a secret cannot survive half-cut at a truncation point).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MAX_TEXT_CHARS",
+    "article_of",
+    "as_text",
+    "case_name",
+    "clip",
+    "control_of",
+    "criteria_lines",
+    "family_of",
+    "junit_xml",
+    "location_of",
+    "meta_of",
+    "pillar_of",
+    "result_of",
+    "scenario_of",
+    "score_text",
+    "verdict_of",
+    "visible_escape",
+]
+
+DEFAULT_MAX_TEXT_CHARS = 64 * 1024
+#: Attribute values (``message=``) are one line and short.
+MAX_ATTR_CHARS = 1024
+
+# XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
+_XML_INVALID = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
+
+_OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
+
+Redact = Callable[[str], str]
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _join_pair(match: re.Match[str]) -> str:
+    return match.group().encode("utf-16", "surrogatepass").decode("utf-16")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible_escape(text: str) -> str:
+    """*text* with every character XML 1.0 cannot hold shown as ``\\xNN``/``\\uNNNN``.
+
+    A surrogate pair held as two code points becomes the character it
+    encodes; lone surrogates, U+FFFE, U+FFFF and C0 controls other than tab,
+    line feed and carriage return are escaped. The result is also valid UTF-8.
+    """
+    if (text.isascii() and text.isprintable()) or not _XML_INVALID.search(text):
+        return text
+    text = _SURROGATE_PAIR.sub(_join_pair, text)
+    return _XML_INVALID.sub(_escape_char, text)
+
+
+def clip(text: str, limit: int) -> str:
+    """*text* cut to *limit* characters plus a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit, 0)
+    if keep and "\ud800" <= text[keep - 1] <= "\udbff":  # do not split a surrogate pair
+        keep -= 1
+    cut = len(text) - keep
+    return (
+        f"{text[:keep]}\n[... truncated by pytest-agenteval: {cut} of {len(text)} "
+        "characters cut; the full text is in the run's evidence (results.jsonl)]"
+    )
+
+
+def as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=repr)
+    except ValueError:  # circular structure
+        return repr(value)
+
+
+class _Text:
+    """Redact, cut and escape: every string written to the XML goes through here."""
+
+    def __init__(self, max_chars: int, redact: Redact | None) -> None:
+        self.max_chars = max_chars
+        self.redact = redact
+
+    def __call__(self, value: Any, limit: int | None = None) -> str:
+        text = as_text(value)
+        if self.redact is not None and text:
+            text = self.redact(text)
+        return visible_escape(clip(text, self.max_chars if limit is None else limit))
+
+    def line(self, value: Any) -> str:
+        """A short text, for an attribute value (line breaks survive as ``&#10;``)."""
+        return self(value, MAX_ATTR_CHARS)
+
+
+# --------------------------------------------------------------------------- records
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
+
+
+def result_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(record.get("result"))
+
+
+def meta_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(result_of(record).get("meta"))
+
+
+def article_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(record.get("article"))
+
+
+def verdict_of(record: Mapping[str, Any]) -> str:
+    """The record's verdict; anything unknown counts as ``error`` (never a pass)."""
+    verdict = result_of(record).get("verdict")
+    return verdict if verdict in _OUTCOMES else "error"
+
+
+def control_of(record: Mapping[str, Any]) -> str:
+    return str(
+        article_of(record).get("control_id") or meta_of(record).get("control_id") or "unknown"
+    )
+
+
+def pillar_of(record: Mapping[str, Any]) -> str:
+    return str(article_of(record).get("pillar") or meta_of(record).get("pillar") or "unknown")
+
+
+def family_of(record: Mapping[str, Any], run: Mapping[str, Any]) -> str:
+    return str(
+        record.get("family") or meta_of(record).get("family") or run.get("family") or "agenteval"
+    )
+
+
+def scenario_of(record: Mapping[str, Any]) -> str:
+    result = result_of(record)
+    return str(record.get("scenario_id") or result.get("key") or record.get("nodeid") or "?")
+
+
+def score_text(score: Any) -> str:
+    if isinstance(score, (int, float)) and not isinstance(score, bool):
+        return f"{float(score):.3f}"
+    return "n/a"
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return max(float(value), 0.0)
+    return 0.0
+
+
+def _duration(record: Mapping[str, Any]) -> float:
+    timings = record.get("timings")
+    if not isinstance(timings, Mapping):
+        return 0.0
+    return _seconds(timings.get("subject_s")) + _seconds(timings.get("judge_s"))
+
+
+def _time_attr(seconds: float) -> str:
+    return f"{seconds:.3f}"  # SUREFIRE_TIME: at most three decimals
+
+
+def case_name(record: Mapping[str, Any]) -> str:
+    """The scenario id, plus a parametrisation suffix when the node id carries one."""
+    scenario = scenario_of(record)
+    nodeid = str(record.get("nodeid") or "")
+    last = nodeid.rsplit("::", 1)[-1] if "::" in nodeid else ""
+    return last if last.startswith(scenario) and last != scenario else scenario
+
+
+def location_of(record: Mapping[str, Any]) -> tuple[str, int | None]:
+    file = record.get("file")
+    if not file:
+        nodeid = str(record.get("nodeid") or "")
+        file = nodeid.split("::", 1)[0]
+    line = record.get("line")
+    ok = isinstance(line, int) and not isinstance(line, bool) and line >= 1
+    return str(file or ""), (line if ok else None)
+
+
+def criteria_lines(result: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(mark, criterion, reasoning) for each criterion, judges' children included."""
+    out: list[tuple[str, str, str]] = []
+    for item in result.get("criteria") or ():
+        if not isinstance(item, Mapping):
+            continue
+        met = item.get("met")
+        mark = "MET" if met is True else "MISSED" if met is False else "NOT ASSESSED"
+        out.append((mark, as_text(item.get("criterion")), as_text(item.get("reasoning"))))
+    for child in result.get("children") or ():
+        if isinstance(child, Mapping):
+            judge = as_text(child.get("key") or child.get("name") or "judge")
+            for mark, text, why in criteria_lines(child):
+                out.append((mark, f"[{judge}] {text}", why))
+    return out
+
+
+# --------------------------------------------------------------------------- XML
+
+
+def _criteria_block(result: Mapping[str, Any]) -> list[str]:
+    lines = criteria_lines(result)
+    if not lines:
+        return []
+    met = sum(1 for mark, _, _ in lines if mark == "MET")
+    block = [f"criteria ({met} of {len(lines)} met):"]
+    for mark, criterion, why in lines:
+        entry = f"  [{mark}] {criterion}"
+        if why:
+            entry += f" -- {why}"
+        block.append(entry)
+    return block
+
+
+def _header(record: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    result, article = result_of(record), article_of(record)
+    file, line = location_of(record)
+    control = control_of(record)
+    desc = " ".join(str(x) for x in (article.get("article"), article.get("title")) if x)
+    lines = [f"scenario: {scenario_of(record)}"]
+    if record.get("nodeid"):
+        lines.append(f"node: {as_text(record.get('nodeid'))}")
+    if file:
+        lines.append(f"location: {file}{'' if line is None else f':{line}'}")
+    lines += [
+        f"control: {control}" + (f" ({desc})" if desc else ""),
+        f"pillar: {pillar_of(record)}",
+        f"verdict: {verdict_of(record)}",
+        f"score: {score_text(result.get('score'))}",
+    ]
+    severity = result.get("severity") or article.get("severity")
+    if severity:
+        lines.append(f"severity: {severity}")
+    subject = record.get("subject") or run.get("subject")
+    if subject:
+        lines.append(f"subject: {as_text(subject)}")
+    judge = meta_of(record).get("judge")
+    if judge:
+        lines.append(f"judge: {as_text(judge)}")
+    return lines
+
+
+def _status_line(record: Mapping[str, Any]) -> str:
+    result = result_of(record)
+    verdict = verdict_of(record)
+    scenario = scenario_of(record)
+    score = score_text(result.get("score"))
+    missed = [c for c in criteria_lines(result) if c[0] == "MISSED"]
+    missed_note = f"; {len(missed)} criteria missed" if missed else ""
+    if verdict == "warn":
+        return f"WARN: {scenario} passed with verdict warn (score {score}{missed_note})"
+    if verdict == "pass":
+        return f"PASS: {scenario} (score {score})"
+    if verdict == "fail":
+        severity = result.get("severity") or article_of(record).get("severity") or "n/a"
+        return f"FAIL: {scenario} (score {score}, severity {severity}{missed_note})"
+    if verdict == "skipped":
+        why = result.get("reasoning") or result.get("error") or "nothing to grade"
+        return f"SKIPPED: {scenario}: {as_text(why)}"
+    why = result.get("error") or result.get("reasoning") or "no verdict"
+    return f"ERROR: {scenario} was not evaluated: {as_text(why)}"
+
+
+def _section(text: _Text, title: str, body: Any) -> str:
+    return f"--- {title} ---\n{'(none)' if body is None else text(body)}"
+
+
+def _testcase(
+    text: _Text,
+    suite: ET.Element,
+    props: ET.Element,
+    record: Mapping[str, Any],
+    run: Mapping[str, Any],
+    family: str,
+) -> None:
+    result = result_of(record)
+    verdict = verdict_of(record)
+    name = text.line(case_name(record))
+    classname = text.line(f"{family}.{pillar_of(record)}.{control_of(record)}")
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        {"classname": classname, "name": name, "time": _time_attr(_duration(record))},
+    )
+    status = _status_line(record)
+    header = _header(record, run)
+    reasoning = result.get("reasoning")
+
+    if verdict in ("fail", "error"):
+        body = [status, *header, *_criteria_block(result)]
+        if result.get("error"):
+            body.append(f"error: {as_text(result.get('error'))}")
+        if reasoning:
+            body.append(f"reasoning: {as_text(reasoning)}")
+        kind = "agenteval.fail" if verdict == "fail" else "agenteval.error"
+        failure = ET.SubElement(case, "failure", {"message": text.line(status), "type": kind})
+        failure.text = text("\n".join(body))
+    elif verdict == "skipped":
+        ET.SubElement(case, "skipped", {"message": text.line(status)})
+
+    out = [status, *header]
+    if verdict in ("pass", "warn"):
+        out.extend(_criteria_block(result))
+        if reasoning:
+            out.append(f"reasoning: {as_text(reasoning)}")
+    timings = record.get("timings")
+    if isinstance(timings, Mapping):
+        out.append(
+            f"time: subject {_seconds(timings.get('subject_s')):.3f} s, "
+            f"judge {_seconds(timings.get('judge_s')):.3f} s"
+        )
+    # Each part is cut on its own, so a huge answer cannot push out the verdict.
+    system_out = ET.SubElement(case, "system-out")
+    system_out.text = "\n".join(
+        [
+            text("\n".join(out)),
+            _section(text, "prompt", record.get("prompt")),
+            _section(text, "answer", record.get("answer")),
+        ]
+    )
+    if verdict == "error":
+        ET.SubElement(case, "system-err").text = text(
+            f"ERROR: {as_text(result.get('error') or 'no verdict')}"
+        )
+
+    def prop(key: str, value: Any) -> None:
+        ET.SubElement(props, "property", {"name": f"{name}.{key}", "value": text.line(value)})
+
+    prop("verdict", verdict)
+    prop("score", score_text(result.get("score")))
+    if verdict == "fail" and result.get("severity"):
+        prop("severity", result.get("severity"))
+    file, line = location_of(record)
+    if file:
+        prop("file", file)
+    if line is not None:
+        prop("line", line)
+
+
+def _run_properties(text: _Text, props: ET.Element, run: Mapping[str, Any]) -> None:
+    def prop(key: str, value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        ET.SubElement(props, "property", {"name": f"agenteval.{key}", "value": text.line(value)})
+
+    prop("run_id", run.get("run_id"))
+    prop("family", run.get("family"))
+    prop("preset", run.get("preset"))
+    prop("started_at", run.get("started_at"))
+    prop("ended_at", run.get("ended_at"))
+    prop("verdict", run.get("verdict"))
+    score = run.get("score")
+    prop("score", None if score is None else score_text(score))
+    prop("gate_passed", run.get("gate_passed"))
+    prop("tool_version", run.get("tool_version"))
+
+
+def junit_xml(
+    records: Sequence[Mapping[str, Any]],
+    run: Mapping[str, Any],
+    *,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+    redact: Redact | None = None,
+) -> bytes:
+    """The run as JUnit XML (UTF-8 bytes with an XML declaration).
+
+    One ``<testsuite>`` per family, in order of first appearance; one
+    ``<testcase>`` per record, in record order. *max_text_chars* caps each
+    long text (prompt, answer, failure details); *redact* scrubs every text.
+    """
+    text = _Text(max_text_chars, redact)
+    by_family: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_family.setdefault(family_of(record, run), []).append(record)
+
+    root = ET.Element("testsuites", {"name": "pytest-agenteval"})
+    totals = dict.fromkeys(("tests", "failures", "errors"), 0)
+    total_time = 0.0
+    for family, members in by_family.items():
+        counts = dict.fromkeys(_OUTCOMES, 0)
+        for record in members:
+            counts[verdict_of(record)] += 1
+        seconds = math.fsum(_duration(r) for r in members)
+        attrs = {
+            "name": text.line(family),
+            "tests": str(len(members)),
+            "failures": str(counts["fail"]),
+            "errors": str(counts["error"]),
+            "skipped": str(counts["skipped"]),
+            "time": _time_attr(seconds),
+        }
+        if run.get("started_at"):
+            attrs["timestamp"] = text.line(run.get("started_at"))
+        suite = ET.SubElement(root, "testsuite", attrs)
+        props = ET.SubElement(suite, "properties")
+        _run_properties(text, props, run)
+        for record in members:
+            _testcase(text, suite, props, record, run, family)
+        totals["tests"] += len(members)
+        totals["failures"] += counts["fail"]
+        totals["errors"] += counts["error"]
+        total_time += seconds
+    root.set("tests", str(totals["tests"]))
+    root.set("failures", str(totals["failures"]))
+    root.set("errors", str(totals["errors"]))
+    root.set("time", _time_attr(total_time))
+    data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return data + b"\n"

@@ -1,0 +1,577 @@
+"""``results.sarif`` for a benchmark run: SARIF 2.1.0 for GitHub code scanning.
+
+Pure: no pytest, no I/O. :func:`sarif_log` builds the log with the
+``sarif-om`` classes and returns it as a plain JSON dict; :func:`sarif_json`
+returns its UTF-8 bytes.
+
+What is in it
+-------------
+* ``tool.driver.rules``: one rule per control present in the records, sorted
+  by id, so ``id`` (the control id, e.g. ``eu_ai.art5.social_scoring+predictive``)
+  and ``ruleIndex`` do not depend on the order items ran in.
+  ``defaultConfiguration.level`` comes from the article's severity.
+* ``results``: one per scenario that FAILED or WARNED. Passed and skipped
+  items are not findings and are not reported. Level from severity
+  (critical/high "error", medium "warning", low "note"); the result's own
+  severity (set on a fail) wins over the article's; a warn is at most
+  "warning". ``partialFingerprints["agentevalScenario/v1"]`` is the SHA-256
+  of ``[family, scenario id, control id]`` (the scenario id carries a
+  ``[...]`` parametrisation suffix when the node id has one), so an alert
+  keeps its identity across runs whatever its score.
+* Items that ERRORED were not evaluated, so they are not findings either:
+  each is a ``toolExecutionNotifications`` entry (level "error") of
+  ``invocations[0]``, with its location and associated rule.
+* ``invocations[0].executionSuccessful`` says the run *completed* (all items
+  ran and were reported), not that the benchmark passed: it is ``true``
+  even when the gate failed or items errored, and ``false`` only when the
+  run info says the run was interrupted (``completed: false`` or
+  ``interrupted: true``). The gate's outcome is in the invocation's
+  ``properties`` (``gatePassed``, ``verdict``, ``score``).
+
+GitHub code scanning limits
+---------------------------
+At most 25,000 results per run (*max_results*): the most severe are kept
+(level, then fail before warn, then severity, then record order). The upload
+must be at most 10 MB gzipped: each message is cut to *max_message_chars*,
+and further to an even share of a character budget when there are many
+results; if the compressed log would still exceed *max_gzip_bytes* (8 MB by
+default, estimated with fast zlib, which compresses worse than the upload),
+messages are halved again, down to a floor, and then the least severe
+results are dropped. Whenever anything was dropped or cut, a run-level note
+(a notification of level "note" in ``invocations[0]``) says how much, and
+``run.properties`` holds the counts. The full text is in the evidence.
+
+Text: every string passes the same escaping as ``junit.xml``
+(:func:`~pytest_agenteval._junit.visible_escape`): lone surrogates, C0
+controls other than tab/LF/CR, U+FFFE and U+FFFF become visible
+``\\xNN``/``\\uNNNN`` escapes, so the log is valid UTF-8 JSON; emoji are kept.
+
+The converter
+-------------
+``sarif-om`` objects are ``attrs`` classes whose snake_case attributes carry
+the SARIF name in ``metadata["schema_property_name"]``. :func:`to_json`
+walks them, writes that name, and drops ``None`` and values equal to the
+attribute's default (the schema declares the same defaults, so a consumer
+reads the same value) -- except ``result.level`` and
+``reportingConfiguration.level``, always written, because a result without a
+level takes its rule's level, not "warning".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
+from urllib.parse import quote
+
+import attr
+from sarif_om import (
+    ArtifactLocation,
+    Invocation,
+    Location,
+    Message,
+    MultiformatMessageString,
+    Notification,
+    PhysicalLocation,
+    Region,
+    ReportingConfiguration,
+    ReportingDescriptor,
+    ReportingDescriptorReference,
+    Result,
+    Run,
+    RunAutomationDetails,
+    SarifLog,
+    Tool,
+    ToolComponent,
+)
+
+from ._junit import (
+    article_of,
+    as_text,
+    case_name,
+    control_of,
+    criteria_lines,
+    family_of,
+    location_of,
+    pillar_of,
+    result_of,
+    scenario_of,
+    score_text,
+    verdict_of,
+    visible_escape,
+)
+
+__all__ = [
+    "DEFAULT_MAX_GZIP_BYTES",
+    "DEFAULT_MAX_MESSAGE_CHARS",
+    "FINGERPRINT_KEY",
+    "GITHUB_MAX_RESULTS",
+    "SARIF_SCHEMA",
+    "fingerprint",
+    "level_for",
+    "sarif_json",
+    "sarif_log",
+    "to_json",
+]
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+TOOL_NAME = "pytest-agenteval"
+FINGERPRINT_KEY = "agentevalScenario/v1"
+SRCROOT = "%SRCROOT%"
+
+GITHUB_MAX_RESULTS = 25_000
+DEFAULT_MAX_MESSAGE_CHARS = 2_000
+#: Keep the upload "well under" GitHub's 10 MB gzipped limit.
+DEFAULT_MAX_GZIP_BYTES = 8_000_000
+DEFAULT_MAX_NOTIFICATIONS = 1_000
+#: All result messages together: 25,000 results get 160 characters each.
+MESSAGE_BUDGET_CHARS = 4_000_000
+MIN_MESSAGE_CHARS = 120
+#: Identifiers, titles, property values.
+MAX_FIELD_CHARS = 1_024
+
+_LEVELS = {"critical": "error", "high": "error", "medium": "warning", "low": "note"}
+_LEVEL_RANK = {"error": 0, "warning": 1, "note": 2, "none": 3}
+_SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+
+_WINDOWS_ABSOLUTE = re.compile(r"[A-Za-z]:[\\/]|[\\/]{2}")
+
+Redact = Callable[[str], str]
+
+
+# --------------------------------------------------------------------------- converter
+
+# (class, attribute) whose default is written anyway: see the module docstring.
+_ALWAYS_WRITTEN = {(Result, "level"), (ReportingConfiguration, "level")}
+
+
+_Field = tuple[str, str, Any, bool]  # attribute, SARIF name, default, always written
+_FIELDS: dict[type, list[_Field]] = {}
+
+
+def _fields(cls: type) -> list[_Field]:
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = []
+        for field in attr.fields(cls):
+            default = field.default
+            if isinstance(default, attr.Factory):  # type: ignore[arg-type]
+                default = default.factory()
+            always = (cls, field.name) in _ALWAYS_WRITTEN
+            fields.append((field.name, field.metadata["schema_property_name"], default, always))
+        _FIELDS[cls] = fields
+    return fields
+
+
+def to_json(obj: Any) -> Any:
+    """A sarif-om object tree (or plain data holding some) as plain JSON data.
+
+    SARIF names from the attrs metadata; ``None`` and default values dropped;
+    every string made valid UTF-8 with :func:`visible_escape`; non-finite
+    floats become ``null`` (JSON has no NaN).
+    """
+    cls = type(obj)
+    if cls is str:
+        return visible_escape(obj)
+    fields = _FIELDS.get(cls)
+    if fields is None and attr.has(cls):
+        fields = _fields(cls)
+    if fields is not None:
+        out: dict[str, Any] = {}
+        for name, schema_name, default, always in fields:
+            value = getattr(obj, name)
+            if value is None:
+                continue
+            if not always and type(value) is type(default) and value == default:
+                continue
+            out[schema_name] = to_json(value)
+        return out
+    if cls is dict or isinstance(obj, Mapping):
+        return {visible_escape(str(k)): to_json(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, str):
+        return visible_escape(obj)
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def level_for(severity: Any, verdict: str) -> str:
+    """SARIF level: critical/high error, medium warning, low note; a warn is at most warning."""
+    level = _LEVELS.get(str(severity or "").lower(), "warning")
+    if verdict == "warn" and level == "error":
+        level = "warning"
+    return level
+
+
+def fingerprint(record: Mapping[str, Any], run: Mapping[str, Any]) -> str:
+    """Stable identity of a finding: family, scenario (with any param suffix), control."""
+    parts = [family_of(record, run), case_name(record), control_of(record)]
+    # ensure_ascii: lone surrogates hash as their \\uXXXX escape instead of failing.
+    data = json.dumps(parts, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _field(value: Any) -> str:
+    text = as_text(value)
+    return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 3] + "..."
+
+
+def _pascal(text: str) -> str:
+    return "".join(w[:1].upper() + w[1:] for w in re.findall(r"[A-Za-z0-9]+", text))[:128]
+
+
+def _severity(record: Mapping[str, Any]) -> str | None:
+    severity = result_of(record).get("severity") or article_of(record).get("severity")
+    return str(severity).lower() if severity else None
+
+
+def _score(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return round(float(value), 6)
+    return None
+
+
+def _location(record: Mapping[str, Any]) -> Location | None:
+    file, line = location_of(record)
+    if not file:
+        return None
+    file = visible_escape(file)
+    if file.startswith("/") and not file.startswith("//"):
+        artifact = ArtifactLocation(uri=PurePosixPath(file).as_uri())
+    elif _WINDOWS_ABSOLUTE.match(file) and PureWindowsPath(file).is_absolute():
+        artifact = ArtifactLocation(uri=PureWindowsPath(file).as_uri())
+    else:
+        artifact = ArtifactLocation(uri=quote(file, safe="/"), uri_base_id=SRCROOT)
+    region = Region(start_line=line) if line is not None else None
+    return Location(physical_location=PhysicalLocation(artifact_location=artifact, region=region))
+
+
+def _rules(
+    records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
+) -> tuple[list[ReportingDescriptor], dict[str, int]]:
+    seen: dict[str, Mapping[str, Any]] = {}
+    for record in records:
+        seen.setdefault(control_of(record), record)
+    rules = []
+    for control in sorted(seen):
+        record = seen[control]
+        article = article_of(record)
+        title = _field(article.get("title")) or control
+        where = _field(article.get("article"))
+        severity = str(article.get("severity") or "").lower() or None
+        pillar = pillar_of(record)
+        family = family_of(record, run)
+        full = f"{where}: {title}" if where else title
+        tags = list(dict.fromkeys(["agenteval", _field(family), _field(pillar)]))
+        rules.append(
+            ReportingDescriptor(
+                id=control,
+                name=_pascal(title) or _pascal(control) or "Control",
+                short_description=MultiformatMessageString(text=title),
+                full_description=MultiformatMessageString(text=full),
+                help=MultiformatMessageString(
+                    text=f"{full}. Pillar: {pillar}. Severity: {severity or 'n/a'}. "
+                    f"Benchmark family: {family} (pytest-agenteval)."
+                ),
+                default_configuration=ReportingConfiguration(level=level_for(severity, "fail")),
+                properties={"pillar": pillar, "severity": severity, "family": family, "tags": tags},
+            )
+        )
+    return rules, {r.id: i for i, r in enumerate(rules)}
+
+
+def _redacted(value: Any, redact: Redact | None) -> str:
+    text = as_text(value)
+    return redact(text) if redact is not None and text else text
+
+
+def _finding_text(record: Mapping[str, Any], redact: Redact | None) -> str:
+    """The full (uncut) message of a finding, most important facts first."""
+    result, article = result_of(record), article_of(record)
+    verdict = verdict_of(record)
+    severity = _severity(record) or "n/a"
+    head = (
+        f"{scenario_of(record)}: {verdict.upper()} (score {score_text(result.get('score'))}, "
+        f"severity {severity}) on {control_of(record)}"
+    )
+    if article.get("title"):
+        head += f" ({_field(article.get('title'))})"
+    parts = [head + "."]
+    lines = criteria_lines(result)
+    missed = [(c, why) for mark, c, why in lines if mark == "MISSED"]
+    if missed:
+        parts.append(f"Missed {len(missed)} of {len(lines)} criteria:")
+        parts.extend(f"- {c}" + (f": {why}" if why else "") + "." for c, why in missed)
+    unassessed = [c for mark, c, _ in lines if mark == "NOT ASSESSED"]
+    if unassessed:
+        parts.append("Not assessed: " + "; ".join(unassessed) + ".")
+    if result.get("reasoning"):
+        parts.append(f"Judge: {as_text(result.get('reasoning'))}")
+    return visible_escape(_redacted(" ".join(parts), redact))
+
+
+def _error_text(record: Mapping[str, Any], redact: Redact | None) -> str:
+    result = result_of(record)
+    why = result.get("error") or result.get("reasoning") or "no verdict"
+    text = f"{scenario_of(record)}: ERROR, not evaluated ({control_of(record)}): {as_text(why)}"
+    return visible_escape(_redacted(text, redact))
+
+
+def _cut(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    cut = len(text)
+    marker = ""
+    for _ in range(2):  # the marker's own length changes how much is cut
+        marker = f" [... {cut} characters cut; full text in the run evidence]"
+        keep = max(limit - len(marker), 0)
+        cut = len(text) - keep
+    keep = max(limit - len(marker), 0)
+    if keep and "\ud800" <= text[keep - 1] <= "\udbff":
+        keep -= 1
+    return text[:keep] + marker, True
+
+
+def _sort_key(item: tuple[int, Mapping[str, Any]]) -> tuple[int, int, int, int]:
+    index, record = item
+    verdict = verdict_of(record)
+    severity = _severity(record)
+    return (
+        _LEVEL_RANK[level_for(severity, verdict)],
+        0 if verdict == "fail" else 1,
+        _SEVERITY_RANK.get(severity or "", len(_SEVERITY_RANK)),
+        index,
+    )
+
+
+def _encode(log: Mapping[str, Any]) -> bytes:
+    return json.dumps(log, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def _too_big(log: Mapping[str, Any], max_gzip_bytes: int) -> bool:
+    data = _encode(log)
+    return len(data) > max_gzip_bytes and len(zlib.compress(data, 1)) > max_gzip_bytes
+
+
+# --------------------------------------------------------------------------- the log
+
+
+def sarif_log(
+    records: Sequence[Mapping[str, Any]],
+    run: Mapping[str, Any],
+    *,
+    max_results: int = GITHUB_MAX_RESULTS,
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+    max_gzip_bytes: int = DEFAULT_MAX_GZIP_BYTES,
+    max_notifications: int = DEFAULT_MAX_NOTIFICATIONS,
+    redact: Redact | None = None,
+) -> dict[str, Any]:
+    """The run as one SARIF 2.1.0 log (a plain JSON-ready dict). See the module docs."""
+    rules, rule_index = _rules(records, run)
+    preset = run.get("preset")
+
+    findings = sorted(
+        ((i, r) for i, r in enumerate(records) if verdict_of(r) in ("fail", "warn")),
+        key=_sort_key,
+    )
+    total_findings = len(findings)
+    findings = findings[: max(max_results, 0)]
+    errors = [r for r in records if verdict_of(r) == "error"]
+
+    # Converted one by one: 25,000 sarif-om trees never live at once.
+    result_dicts: list[dict[str, Any]] = []
+    full_texts: list[str] = []
+    for _, record in findings:
+        result = result_of(record)
+        verdict = verdict_of(record)
+        control = control_of(record)
+        location = _location(record)
+        full_texts.append(_finding_text(record, redact))
+        result_dicts.append(
+            to_json(
+                Result(
+                    message=Message(text=""),
+                    rule_id=control,
+                    rule_index=rule_index[control],
+                    kind="fail",
+                    level=level_for(_severity(record), verdict),
+                    locations=[location] if location else None,
+                    partial_fingerprints={FINGERPRINT_KEY: fingerprint(record, run)},
+                    properties={
+                        "scenario": _field(scenario_of(record)),
+                        "verdict": verdict,
+                        "score": _score(result.get("score")),
+                        "severity": _severity(record),
+                        "family": _field(family_of(record, run)),
+                        "pillar": _field(pillar_of(record)),
+                        "preset": _field(record.get("preset") or preset) or None,
+                        "subject": _field(
+                            _redacted(record.get("subject") or run.get("subject"), redact)
+                        )
+                        or None,
+                        "nodeid": _field(record.get("nodeid")) or None,
+                    },
+                )
+            )
+        )
+
+    notifications = []
+    error_texts: list[str] = []
+    for record in errors[: max(max_notifications, 0)]:
+        control = control_of(record)
+        location = _location(record)
+        error_texts.append(_error_text(record, redact))
+        notifications.append(
+            Notification(
+                message=Message(text=""),
+                level="error",
+                locations=[location] if location else None,
+                associated_rule=ReportingDescriptorReference(id=control, index=rule_index[control]),
+                properties={
+                    "scenario": _field(scenario_of(record)),
+                    "verdict": "error",
+                    "family": _field(family_of(record, run)),
+                    "nodeid": _field(record.get("nodeid")) or None,
+                },
+            )
+        )
+
+    counts = dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
+    for record in records:
+        counts[verdict_of(record)] += 1
+    completed = bool(run.get("completed", True)) and not run.get("interrupted", False)
+    invocation = Invocation(
+        execution_successful=completed,
+        start_time_utc=_field(run.get("started_at")) or None,
+        end_time_utc=_field(run.get("ended_at")) or None,
+        tool_execution_notifications=notifications or None,
+        properties={
+            "runId": run.get("run_id"),
+            "family": run.get("family"),
+            "preset": preset,
+            "gatePassed": run.get("gate_passed"),
+            "verdict": run.get("verdict"),
+            "score": _score(run.get("score")),
+            "completed": completed,
+            "items": counts,
+        },
+    )
+    version = _field(run.get("tool_version")) or None
+    driver = ToolComponent(
+        name=TOOL_NAME,
+        version=version,
+        information_uri=run.get("information_uri") or None,
+        rules=rules,
+    )
+    automation_id = "/".join(
+        _field(x) for x in (TOOL_NAME, run.get("family"), preset, run.get("run_id")) if x
+    )
+    log: dict[str, Any] = to_json(
+        SarifLog(
+            version=SARIF_VERSION,
+            schema_uri=SARIF_SCHEMA,
+            runs=[
+                Run(
+                    tool=Tool(driver=driver),
+                    results=[],
+                    invocations=[invocation],
+                    automation_details=RunAutomationDetails(id=automation_id),
+                )
+            ],
+        )
+    )
+    log = {"$schema": log.pop("$schema"), "version": log.pop("version"), **log}
+    sarif_run = log["runs"][0]
+    sarif_run["results"] = result_dicts
+    note_dicts: list[dict[str, Any]] = sarif_run["invocations"][0].get(
+        "toolExecutionNotifications", []
+    )
+
+    per_message = max(MESSAGE_BUDGET_CHARS // max(len(result_dicts), 1), MIN_MESSAGE_CHARS)
+    limit = max(min(max_message_chars, per_message), 1)
+    while True:
+        truncated = 0
+        for entry, text in zip(result_dicts, full_texts, strict=False):
+            entry["message"]["text"], cut = _cut(text, limit)
+            truncated += cut
+        for entry, text in zip(note_dicts, error_texts, strict=True):
+            entry["message"]["text"], cut = _cut(text, limit)
+            truncated += cut
+        dropped = total_findings - len(result_dicts)
+        _set_cut_note(log, dropped, total_findings, truncated, limit, len(errors) - len(note_dicts))
+        if not _too_big(log, max_gzip_bytes):
+            break
+        if limit > MIN_MESSAGE_CHARS:
+            limit = max(limit // 2, MIN_MESSAGE_CHARS)
+        elif result_dicts:  # messages at their floor: drop the least severe half
+            del result_dicts[len(result_dicts) // 2 :]
+        else:
+            break
+    return log
+
+
+def _set_cut_note(
+    log: dict[str, Any], dropped: int, total: int, truncated: int, limit: int, omitted: int
+) -> None:
+    sarif_run = log["runs"][0]
+    invocation = sarif_run["invocations"][0]
+    notes = [
+        n
+        for n in invocation.get("toolExecutionNotifications", [])
+        if not n.get("properties", {}).get("agentevalCutNote")
+    ]
+    sarif_run.pop("properties", None)
+    if dropped or truncated or omitted:
+        said = []
+        if dropped:
+            said.append(
+                f"{dropped} of {total} findings were dropped (GitHub code scanning accepts at "
+                f"most {GITHUB_MAX_RESULTS} results per run and 10 MB gzipped; the most "
+                "severe findings were kept)"
+            )
+        if truncated:
+            said.append(f"{truncated} messages were truncated to {limit} characters")
+        if omitted:
+            said.append(f"{omitted} errored items were not listed as notifications")
+        text = "pytest-agenteval: " + "; ".join(said) + ". The run's evidence holds every result."
+        notes.append(
+            to_json(
+                Notification(
+                    message=Message(text=text),
+                    level="note",
+                    properties={"agentevalCutNote": True},
+                )
+            )
+        )
+        sarif_run["properties"] = {
+            "droppedResults": dropped,
+            "truncatedMessages": truncated,
+            "messageLimit": limit,
+            "omittedErrorNotifications": omitted,
+        }
+    if notes:
+        invocation["toolExecutionNotifications"] = notes
+    else:
+        invocation.pop("toolExecutionNotifications", None)
+
+
+def sarif_json(
+    records: Sequence[Mapping[str, Any]], run: Mapping[str, Any], **options: Any
+) -> bytes:
+    """:func:`sarif_log` as UTF-8 JSON bytes (compact, non-ASCII kept, newline-terminated)."""
+    return _encode(sarif_log(records, run, **options)) + b"\n"
