@@ -102,6 +102,7 @@ class RulesJudge:
 
     name = "rules"
     description = "rules (offline: deterministic checks on criteria, no LLM)"
+    billable = False  # costs nothing: never stopped by --agenteval-max-cost
 
     async def grade(self, request: GradeRequest) -> Grade:
         return self.grade_sync(request)

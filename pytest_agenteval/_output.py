@@ -20,7 +20,7 @@ import sys
 import unicodedata
 from datetime import datetime, timezone
 from importlib import metadata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,24 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
     return node
 
 
+def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Token and dollar totals for the run and per pillar (``usd`` None when a rate is unknown)."""
+    zero = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    total = dict(zero)
+    pillars: dict[str, dict[str, Any]] = {}
+    for record in records:
+        cost = (record.get("cost") or {}).get("total")
+        if not cost:
+            continue
+        pillar = record["result"].get("meta", {}).get("pillar", "?")
+        for bucket in (total, pillars.setdefault(pillar, dict(zero))):
+            usd = cost.get("usd")
+            bucket["usd"] = None if usd is None or bucket["usd"] is None else bucket["usd"] + usd
+            bucket["prompt_tokens"] += cost.get("prompt_tokens", 0)
+            bucket["completion_tokens"] += cost.get("completion_tokens", 0)
+    return {"total": total, "pillars": pillars}
+
+
 def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) -> dict[str, Any]:
     from . import __version__
 
@@ -114,6 +132,7 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
             "skipped": counts["skipped"],
         },
         "nodes": [node_dict(tree)] if tree else [],
+        "cost": cost_totals(list(outcome.bucket.records.values())),
         "chain_head": outcome.head,
         "started_at": outcome.started_at,
         "ended_at": rfc3339(ended_at),

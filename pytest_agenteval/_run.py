@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._cost import Budget, BudgetExceeded, Cost, cost_of
+from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
 from ._family import Article, Family
 from ._judges import GradeRequest, criteria_from, grade_to_result
@@ -25,6 +27,7 @@ class ScenarioRun:
     usage: Mapping[str, int]
     subject_latency_s: float | None
     judge_latency_s: float | None
+    cost: Mapping[str, Any] | None = None
 
 
 def subject_context(scenario: Scenario) -> dict[str, Any]:
@@ -74,6 +77,8 @@ async def run_scenario(
     *,
     limiter: Any = NO_LIMIT,
     subject_lock: Any = NO_LIMIT,
+    budget: Budget | None = None,
+    rates: Mapping[str, tuple[float, float]] | None = None,
 ) -> ScenarioRun:
     """Ask the subject, then grade with every judge (several: weighted median).
 
@@ -84,14 +89,24 @@ async def run_scenario(
     severity = scenario.severity or article.meta.severity
     base = dict(key=scenario.id, name=scenario.id, kind="scenario", weight=float(scenario.weight))
     meta = _leaf_meta(family, article, scenario)
+    budget = budget or Budget(None)
+    rates = rates or {}
     try:
         async with subject_lock, limiter:
+            budget.check()
             call = await call_subject(subject, scenario.input, subject_context(scenario))
+    except BudgetExceeded as exc:
+        return ScenarioRun(
+            EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
+            None, (), {}, None, None,
+        )
     except SubjectError as exc:
         return ScenarioRun(
             EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
             None, (), {}, None, None,
         )
+    subject_cost = cost_of(getattr(subject, "name", None), call.response.usage, rates)
+    budget.charge(subject_cost)
     answer = call.response.answer()
     request = GradeRequest(
         scenario_id=scenario.id,
@@ -105,12 +120,24 @@ async def run_scenario(
             "severity": severity, "judge_prompt": family.judge_prompt,
         },
     )
+    judge_costs: list[Cost] = []
+
     async def one(judge: Any) -> EvalResult:
         async with limiter:
-            return await grade_to_result(
+            try:
+                if getattr(judge, "billable", True):
+                    budget.check()
+            except BudgetExceeded as exc:
+                return EvalResult(scenario.id, getattr(judge, "name", "judge"), None, "error",
+                                  kind="scenario", error=str(exc))
+            graded = await grade_to_result(
                 judge, request, key=scenario.id, name=getattr(judge, "name", "judge"),
                 bands=article.bands, severity=severity,
             )
+        spent = cost_of(getattr(judge, "name", None), graded.meta.get("usage"), rates)
+        judge_costs.append(spent)
+        budget.charge(spent)
+        return graded
 
     start = time.perf_counter()
     graded = list(await asyncio.gather(*(one(j) for j in judges)))
@@ -124,6 +151,10 @@ async def run_scenario(
             aggregation="weighted_median", bands=article.bands, severity=severity, kind="scenario",
         )
     result = replace(result, meta={**meta, **dict(result.meta)}, **base)  # type: ignore[arg-type]
+    judge_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    for spent in judge_costs:
+        judge_total = add_cost(judge_total, spent)
+    total = add_cost(judge_total, subject_cost)
     return ScenarioRun(
         result=result,
         answer=call.response.text,
@@ -131,4 +162,5 @@ async def run_scenario(
         usage=dict(call.response.usage),
         subject_latency_s=call.latency_s,
         judge_latency_s=judge_latency,
+        cost={"subject": subject_cost.to_dict(), "judge": judge_total, "total": total},
     )

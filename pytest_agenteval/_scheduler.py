@@ -17,9 +17,10 @@ item at its own setup.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._cost import Budget
 from ._run import NO_LIMIT, ScenarioRun, run_scenario
 
 if TYPE_CHECKING:
@@ -31,7 +32,10 @@ async def _wait(task: asyncio.Task[ScenarioRun]) -> ScenarioRun:
 
 
 class Scheduler:
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, budget: Budget | None = None,
+                 rates: Mapping[str, tuple[float, float]] | None = None) -> None:
+        self.budget = budget or Budget(None)
+        self.rates = dict(rates or {})
         self.concurrency = max(1, concurrency)
         self.window = 2 * self.concurrency
         self._runner: asyncio.Runner | None = None
@@ -56,6 +60,7 @@ class Scheduler:
         coro = run_scenario(
             subject, judges, item.family, item.article, item.scenario,
             limiter=self._limiter, subject_lock=self._lock_for(subject),
+            budget=self.budget, rates=self.rates,
         )
         return self.runner.get_loop().create_task(coro, name=item.nodeid)
 

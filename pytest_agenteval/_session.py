@@ -33,6 +33,7 @@ from ._family import (
     resolve_plan,
 )
 from ._gate import GateOutcome, decide_gate
+from ._cost import DEFAULT_RATES, Budget, parse_rates
 from ._judges import ConfigError
 from ._output import RunRecorder
 from ._redact import Redactor
@@ -176,9 +177,15 @@ class AgentevalState:
         self._judges: list[Any] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
-        self.scheduler = Scheduler(int(
-            config.getoption("agenteval_concurrency") or config.getini("agenteval_concurrency") or 8
-        ))
+        self.rates = {**DEFAULT_RATES, **parse_rates(config.getini("agenteval_rates") or [])}
+        max_cost = config.getoption("agenteval_max_cost") or config.getini("agenteval_max_cost")
+        workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+        self.max_cost = float(max_cost) if max_cost not in (None, "") else None
+        self.scheduler = Scheduler(
+            int(config.getoption("agenteval_concurrency") or config.getini("agenteval_concurrency") or 8),
+            Budget(None if self.max_cost is None else self.max_cost / workers),
+            self.rates,
+        )
         self._subject_shared = False
         self._markers: set[str] = set()
         self.collected: dict[tuple[str, str], Collected] = {}
@@ -417,6 +424,7 @@ class AgentevalState:
             "answer": run.answer,
             "tool_calls": list(run.tool_calls),
             "usage": dict(run.usage),
+            "cost": run.cost,
             "timings": {"subject_s": run.subject_latency_s, "judge_s": run.judge_latency_s},
         }
 

@@ -69,6 +69,12 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
                     + (f" (+{len(crit) - 10} more)" if len(crit) > 10 else ""),
                     red=True,
                 )
+        from ._output import cost_totals
+
+        cost = cost_totals(list(outcome.bucket.records.values()))["total"]
+        if cost["prompt_tokens"] or cost["completion_tokens"]:
+            usd = "unknown rate" if cost["usd"] is None else f"${cost['usd']:.4f}"
+            tr.write_line(f"tokens: {cost['prompt_tokens']} in, {cost['completion_tokens']} out; cost {usd}")
         for note in gate.notes:
             tr.write_line(f"note: {note}", yellow=True)
         if gate.passed:

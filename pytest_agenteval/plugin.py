@@ -40,6 +40,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             help="output root for run directories (default: .agenteval)")
     _option(parser, group, "--agenteval-concurrency", metavar="N", type=int,
             help="subject and judge calls kept in flight per process (default: 8)")
+    _option(parser, group, "--agenteval-max-cost", metavar="USD", type=float,
+            help="stop issuing subject and judge calls once this much is spent (per process under xdist)")
+    parser.addini("agenteval_rates", type="linelist", default=[],
+                  help="token prices: one 'model = input output' line per model, USD per 1M tokens")
     _option(parser, group, "--calibration-split", choices=("holdout", "all"),
             help="split the calibration gate is computed on (default holdout; 'all' for data without a split)")
     _option(parser, group, "--calibration-repeat", metavar="N", type=int,

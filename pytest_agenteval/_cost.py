@@ -1,0 +1,109 @@
+"""Tokens, cost and the budget that stops issuing calls.
+
+Prices are US dollars per million tokens (input, output). The built-in table
+covers common judge and subject models and can be overridden or extended
+with the ini key ``agenteval_rates`` (one ``model = input output`` per line).
+A model with no rate is counted in tokens and reported as "unknown rate",
+never guessed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+#: USD per 1M tokens (input, output). List prices at the time of writing; override in ini.
+DEFAULT_RATES: dict[str, tuple[float, float]] = {
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "o4-mini": (1.10, 4.40),
+    "claude-sonnet-4-5": (3.00, 15.00),
+    "claude-haiku-4-5": (1.00, 5.00),
+    "claude-opus-4-1": (15.00, 75.00),
+}
+
+
+class BudgetExceeded(Exception):
+    pass
+
+
+def parse_rates(lines: Iterable[str]) -> dict[str, tuple[float, float]]:
+    """``model = input output`` lines (USD per 1M tokens) → a rate table."""
+    rates: dict[str, tuple[float, float]] = {}
+    for raw in lines:
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        model, sep, prices = line.partition("=")
+        parts = prices.split()
+        if not sep or len(parts) != 2:
+            raise ValueError(f"agenteval_rates: expected 'model = input output', got {raw!r}")
+        try:
+            rates[model.strip()] = (float(parts[0]), float(parts[1]))
+        except ValueError:
+            raise ValueError(f"agenteval_rates: prices must be numbers in {raw!r}") from None
+    return rates
+
+
+@dataclass(frozen=True)
+class Cost:
+    usd: float | None
+    prompt_tokens: int
+    completion_tokens: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"usd": self.usd, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens}
+
+
+def _rate(rates: Mapping[str, tuple[float, float]], model: str) -> tuple[float, float] | None:
+    if model in rates:
+        return rates[model]
+    # dated snapshots ("gpt-4o-mini-2024-07-18") price like their family
+    best = max((m for m in rates if model.startswith(m + "-")), key=len, default=None)
+    return rates[best] if best else None
+
+
+def cost_of(model: str | None, usage: Mapping[str, int] | None,
+            rates: Mapping[str, tuple[float, float]]) -> Cost:
+    usage = usage or {}
+    p = int(usage.get("prompt_tokens", 0) or 0)
+    c = int(usage.get("completion_tokens", 0) or 0)
+    if not p and not c:
+        return Cost(0.0, 0, 0)
+    rate = _rate(rates, model.split(":", 1)[-1]) if model else None
+    usd = None if rate is None else (p * rate[0] + c * rate[1]) / 1_000_000
+    return Cost(usd, p, c)
+
+
+def add(a: Mapping[str, object], b: Cost) -> dict[str, object]:
+    usd_a, usd_b = a.get("usd", 0.0), b.usd
+    return {
+        "usd": None if usd_a is None or usd_b is None else float(usd_a) + usd_b,  # type: ignore[arg-type]
+        "prompt_tokens": int(a.get("prompt_tokens", 0)) + b.prompt_tokens,  # type: ignore[call-overload]
+        "completion_tokens": int(a.get("completion_tokens", 0)) + b.completion_tokens,  # type: ignore[call-overload]
+    }
+
+
+class Budget:
+    """Spend so far in this process; ``check`` refuses new calls once the limit is reached."""
+
+    def __init__(self, limit_usd: float | None) -> None:
+        self.limit = limit_usd
+        self.spent = 0.0
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        if self.limit is not None and self.spent >= self.limit:
+            raise BudgetExceeded(
+                f"cost budget of ${self.limit:.2f} reached (spent ${self.spent:.4f}); not evaluated"
+            )
+
+    def charge(self, cost: Cost) -> None:
+        if cost.usd:
+            with self._lock:
+                self.spent += cost.usd
