@@ -118,6 +118,11 @@ async def run_scenario(
             "family": family.name, "article": article.meta.article,
             "control_id": article.control_id, "title": article.meta.title,
             "severity": severity, "judge_prompt": family.judge_prompt,
+            "judge_prompt_path": str(family.judge_prompt_path) if family.judge_prompt_path else None,
+            # what the subject saw, so a judge can grade tool use and multi-turn answers
+            "system": scenario.system,
+            "turns": subject_context(scenario)["messages"][:-1],
+            "tools": list(scenario.tools),
         },
     )
     judge_costs: list[Cost] = []
