@@ -12,7 +12,7 @@ from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
 from ._family import Article, Family
-from ._judges import GradeRequest, criteria_from, grade_to_result
+from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result
 from ._spec import Scenario
 from ._subjects import SubjectError, call_subject
 
@@ -95,6 +95,8 @@ async def run_scenario(
         async with subject_lock, limiter:
             budget.check()
             call = await call_subject(subject, scenario.input, subject_context(scenario))
+    except ConfigError:
+        raise
     except BudgetExceeded as exc:
         return ScenarioRun(
             EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]

@@ -358,6 +358,14 @@ class AgentevalState:
     # ------------------------------------------------------------------ running
 
     def close(self) -> None:
+        """Close clients that subjects and judges hold, then the event loop."""
+        closers = [getattr(obj, "aclose", None) for obj in (self._subject, *(self._judges or []))]
+        for closer in closers:
+            if callable(closer):
+                try:
+                    self.scheduler.runner.run(closer())
+                except Exception:  # closing is best effort; the run's outcome is decided
+                    pass
         self.scheduler.close()
 
     def subject_for(self, item: ScenarioItem) -> Callable[..., Any]:

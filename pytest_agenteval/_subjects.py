@@ -86,9 +86,7 @@ async def call_subject(
             value = await _in_daemon_thread(subject, prompt, **kwargs)
             if inspect.isawaitable(value):
                 value = await value
-    except asyncio.CancelledError:
-        raise
-    except SubjectError:
+    except (asyncio.CancelledError, SubjectError):
         raise
     except Exception as exc:
         raise SubjectError(f"subject raised {type(exc).__name__}: {exc}") from exc

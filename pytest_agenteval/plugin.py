@@ -36,6 +36,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                  "(env AGENTEVAL_JUDGE; default: rules)")
     _option(parser, group, "--subject", metavar="SPEC",
             help="agent under test: module:callable (default: the agenteval_subject fixture)")
+    _option(parser, group, "--subject-base-url", metavar="URL",
+            help="base URL for openai:/anthropic: subjects (else OPENAI_BASE_URL / ANTHROPIC_BASE_URL)")
+    _option(parser, group, "--subject-timeout", metavar="SECONDS", type=float,
+            help="timeout for one subject call (openai:, anthropic:, cmd:; default 120)")
     _option(parser, group, "--agenteval-out", metavar="DIR",
             help="output root for run directories (default: .agenteval)")
     _option(parser, group, "--agenteval-concurrency", metavar="N", type=int,
@@ -239,9 +243,23 @@ def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | None:
-    from ._subjects import load_callable
+    kind = spec.split(":", 1)[0]
+    if kind in {"openai", "anthropic", "cmd"}:
+        from ._provider_subjects import SubjectConfigError, make_subject
 
-    if ":" in spec and spec.split(":", 1)[0] not in {"openai", "anthropic", "cmd"}:
+        timeout = config.getoption("agenteval_subject_timeout") or config.getini("agenteval_subject_timeout")
+        try:
+            return make_subject(
+                spec,
+                base_url=config.getoption("agenteval_subject_base_url")
+                or config.getini("agenteval_subject_base_url") or None,
+                timeout_s=float(timeout or 120.0),
+            )
+        except (SubjectConfigError, ValueError) as exc:
+            raise pytest.UsageError(f"--subject {kind}:…: {exc}") from None
+    if ":" in spec:
+        from ._subjects import load_callable
+
         try:
             return load_callable(spec, Path(config.invocation_params.dir))
         except ValueError as exc:
