@@ -57,6 +57,22 @@ def _leaf_meta(family: Family, article: Article, scenario: Scenario) -> dict[str
     }
 
 
+def judge_panel(judges: Sequence[Any], count: int) -> list[tuple[Any, int]]:
+    """(judge, repetition) pairs: the configured judges, cycled up to *count* LLM gradings.
+
+    A preset's ``judges: 3`` with one LLM judge grades three times (repetition
+    0, 1, 2 — distinct cache keys); deterministic judges are never repeated.
+    """
+    panel = [(judge, 0) for judge in judges]
+    llm = [j for j in judges if getattr(j, "billable", True)]
+    i = 0
+    while llm and len(panel) < count:
+        judge = llm[i % len(llm)]
+        panel.append((judge, sum(1 for j, _ in panel if j is judge)))
+        i += 1
+    return panel
+
+
 class _NoLimit:
     async def __aenter__(self) -> None:
         return None
@@ -79,6 +95,8 @@ async def run_scenario(
     subject_lock: Any = NO_LIMIT,
     budget: Budget | None = None,
     rates: Mapping[str, tuple[float, float]] | None = None,
+    judge_count: int = 1,
+    mode_b: bool = False,
 ) -> ScenarioRun:
     """Ask the subject, then grade with every judge (several: weighted median).
 
@@ -129,7 +147,7 @@ async def run_scenario(
     )
     judge_costs: list[Cost] = []
 
-    async def one(judge: Any) -> EvalResult:
+    async def one(judge: Any, request: GradeRequest = request) -> EvalResult:
         async with limiter:
             try:
                 if getattr(judge, "billable", True):
@@ -146,17 +164,41 @@ async def run_scenario(
         budget.charge(spent)
         return graded
 
-    start = time.perf_counter()
-    graded = list(await asyncio.gather(*(one(j) for j in judges)))
-    judge_latency = time.perf_counter() - start
-    if len(graded) == 1:
-        result = graded[0]
-    else:
-        result = combine_results(
-            scenario.id, scenario.id,
-            [replace(r, kind="judge", key=str(r.meta.get("judge", i))) for i, r in enumerate(graded)],
+    panel = judge_panel(judges, judge_count if severity == "critical" else 1)
+
+    async def grade_with_panel(req: GradeRequest) -> EvalResult:
+        """Several judges (or repetitions of one) combine by weighted median."""
+        graded = list(await asyncio.gather(*(
+            one(judge, replace(req, context={**req.context, "repetition": rep}))
+            for judge, rep in panel
+        )))
+        if len(graded) == 1:
+            return graded[0]
+        return combine_results(
+            req.scenario_id, req.scenario_id,
+            [replace(r, kind="judge", key=f"{r.meta.get('judge', 'judge')}#{i}")
+             for i, r in enumerate(graded)],
             aggregation="weighted_median", bands=article.bands, severity=severity, kind="scenario",
         )
+
+    start = time.perf_counter()
+    if mode_b and scenario.granularity == "composite" and len(request.criteria) > 1:
+        # Mode B: one call per criterion, each a child of the scenario's composite.
+        children = await asyncio.gather(*(
+            grade_with_panel(replace(request, criteria=(criterion,)))
+            for criterion in request.criteria
+        ))
+        result = combine_results(
+            scenario.id, scenario.id,
+            [replace(c, key=f"criterion-{i + 1}", name=request.criteria[i].text, kind="criterion")
+             for i, c in enumerate(children)],
+            aggregation="weighted_sum", bands=article.bands, severity=severity, kind="scenario",
+            meta={"mode": "B"},
+        )
+        result = replace(result, criteria=tuple(cr for c in children for cr in c.criteria))
+    else:
+        result = await grade_with_panel(request)
+    judge_latency = time.perf_counter() - start
     result = replace(result, meta={**meta, **dict(result.meta)}, **base)  # type: ignore[arg-type]
     judge_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     for spent in judge_costs:

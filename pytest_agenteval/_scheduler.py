@@ -61,6 +61,7 @@ class Scheduler:
             subject, judges, item.family, item.article, item.scenario,
             limiter=self._limiter, subject_lock=self._lock_for(subject),
             budget=self.budget, rates=self.rates,
+            judge_count=item.plan.judges, mode_b=item.plan.mode_b,
         )
         return self.runner.get_loop().create_task(coro, name=item.nodeid)
 

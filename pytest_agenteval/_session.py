@@ -146,6 +146,13 @@ class CalibrationOutcome:
     head: str = ""
 
 
+def _settings_dict(settings: Any) -> dict[str, Any] | None:
+    if settings is None:
+        return None
+    keep = ("timeout_s", "deadline_s", "max_retries", "seed", "max_tokens", "cache_mode")
+    return {k: getattr(settings, k) for k in keep if hasattr(settings, k)}
+
+
 def _merge_thresholds(base: Any, spec: Any) -> Any:
     from ._calibration import Thresholds
 
@@ -244,8 +251,12 @@ class AgentevalState:
         """What the manifest records of each judge (never a credential)."""
         out = []
         for spec, judge in zip(self.judge_specs or ["rules"], self._judges or [], strict=False):
-            describe = getattr(judge, "describe", None)
-            out.append(describe() if callable(describe) else {"spec": spec, "provider": spec.split(":")[0]})
+            out.append({
+                "spec": spec, "provider": spec.split(":")[0],
+                "model_requested": getattr(judge, "model", None),
+                "base_url_host": getattr(judge, "base_url_host", None),
+                "settings": _settings_dict(getattr(judge, "settings", None)),
+            })
         if not out:
             out = [{"spec": s} for s in (self.judge_specs or ["rules"])]
         return out
@@ -258,19 +269,29 @@ class AgentevalState:
     # ------------------------------------------------------------------ calibration
 
     def golden_roots(self) -> list[Path]:
-        """Golden folders to collect under ``-m calibration`` (per family, deduplicated)."""
-        names = [p.name for p in self.bench_roots] if self.bench_roots else None
+        """Golden folders that ``-m calibration`` collects.
+
+        With ``--bench``: the golden folders of those families (bundled, in the
+        rootdir's ``golden/<family>``, or a family's own ``golden/``). Without:
+        the rootdir's ``golden/`` when it has one, else the bundled datasets.
+        """
+        local = Path(self.config.rootpath) / "golden"
         found: dict[Path, None] = {}
-        bases = [*bundled_golden_roots(), Path(self.config.rootpath) / "golden"]
+        if self.bench_roots:
+            names = {p.name for p in self.bench_roots}
+            for base in (*bundled_golden_roots(), local):
+                for name in sorted(names):
+                    if (base / name).is_dir():
+                        found.setdefault((base / name).resolve(), None)
+            for root in self.bench_roots:
+                if (root / "golden").is_dir():
+                    found.setdefault((root / "golden").resolve(), None)
+            return list(found)
+        bases = [local] if local.is_dir() else bundled_golden_roots()[:1]
         for base in bases:
-            if not base.is_dir():
-                continue
             for child in sorted(base.iterdir()):
-                if child.is_dir() and (names is None or child.name in names):
+                if child.is_dir():
                     found.setdefault(child.resolve(), None)
-        for root in self.bench_roots:
-            if (root / "golden").is_dir():
-                found.setdefault((root / "golden").resolve(), None)
         return list(found)
 
     def family_for_golden(self, path: Path, entries: list[Any]) -> Family:

@@ -34,6 +34,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(parser, group, "--judge", action="append", metavar="SPEC",
             help="judge: rules | openai:MODEL | anthropic:MODEL; repeat for several "
                  "(env AGENTEVAL_JUDGE; default: rules)")
+    _option(parser, group, "--judge-base-url", metavar="URL",
+            help="base URL of an OpenAI-compatible judge server (vLLM, Ollama, llama.cpp, LM Studio); "
+                 "else OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
+    _option(parser, group, "--judge-timeout", metavar="SECONDS", type=float,
+            help="HTTP timeout of one judge request (default 60)")
+    _option(parser, group, "--judge-deadline", metavar="SECONDS", type=float,
+            help="wall-clock deadline of one judge grade, retries included (default 120)")
+    _option(parser, group, "--judge-max-retries", metavar="N", type=int,
+            help="retries the SDK makes on 408/409/429/5xx and connection errors (default 2)")
+    _option(parser, group, "--judge-cache", choices=("off", "read", "write", "readwrite"),
+            help="content-addressed judge cache (default off)")
+    _option(parser, group, "--judge-cache-dir", metavar="DIR",
+            help="where the judge cache lives (default <agenteval-out>/judge-cache)")
     _option(parser, group, "--subject", metavar="SPEC",
             help="agent under test: module:callable (default: the agenteval_subject fixture)")
     _option(parser, group, "--subject-base-url", metavar="URL",
@@ -238,7 +251,38 @@ def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
         from ._judges import RulesJudge
 
         return RulesJudge()
+    if spec.split(":", 1)[0] in {"openai", "anthropic"}:
+        from ._llm import JudgeConfigError, make_llm_judge
+
+        try:
+            return make_llm_judge(spec, _judge_settings(config))
+        except JudgeConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
     return None
+
+
+def _judge_settings(config: pytest.Config) -> Any:
+    from ._llm import JudgeSettings
+
+    def opt(name: str) -> Any:
+        value = config.getoption(name)
+        return value if value not in (None, "") else config.getini(name) or None
+
+    state = _state(config)
+    cache_mode = opt("agenteval_judge_cache") or "off"
+    cache_dir = opt("agenteval_judge_cache_dir")
+    if cache_mode != "off" and not cache_dir:
+        out = state.out_dir if state.out_dir.is_absolute() else config.invocation_params.dir / state.out_dir
+        cache_dir = out / "judge-cache"
+    defaults = JudgeSettings()
+    return JudgeSettings(
+        base_url=opt("agenteval_judge_base_url"),
+        timeout_s=float(opt("agenteval_judge_timeout") or defaults.timeout_s),
+        deadline_s=float(opt("agenteval_judge_deadline") or defaults.deadline_s),
+        max_retries=int(opt("agenteval_judge_max_retries") or defaults.max_retries),
+        cache_dir=Path(cache_dir) if cache_dir else None,
+        cache_mode=cache_mode,
+    )
 
 
 @pytest.hookimpl(trylast=True)
