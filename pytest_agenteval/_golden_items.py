@@ -97,7 +97,7 @@ class CalibrationItem(pytest.Item):
             },
         )
         try:
-            result = state.scheduler.runner.run(grade_to_result(
+            result = state.scheduler.run_coro(grade_to_result(
                 judges[0], request, key=self.entry.id, name=self.entry.id,
                 bands=self.article.bands, severity=self.article.meta.severity,
             ))

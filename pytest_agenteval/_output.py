@@ -41,7 +41,7 @@ _RECORD_FIELDS = ("kind", "nodeid", "family", "preset", "scenario_id", "conditio
                   "actual", "split", "repetition", "stratum", "adversarial", "labels", "judge",
                   "verdict", "error", "reasoning", "criteria", "judge_meta")
 _DEPENDENCIES = ("pydantic", "pyyaml", "openai", "anthropic", "numpy", "pytest-xdist",
-                 "pytest-asyncio", "rfc8785", "junit-xml", "sarif-om")
+                 "pytest-asyncio", "rfc8785", "junit-xml", "sarif-om", "jinja2")
 
 
 def slug(name: str, *, max_len: int = 64) -> str:

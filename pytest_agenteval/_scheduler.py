@@ -2,11 +2,18 @@
 
 pytest runs items sequentially. Subject and judge calls are network-bound,
 so when an item's setup needs its grade, the scheduler also starts the work
-of the next items (a window of ``2 × concurrency``) on the same event loop;
-an ``asyncio.Semaphore`` keeps at most ``concurrency`` subject and judge
-calls in flight. Items are still set up, reported and aggregated in order;
-they just find their grade ready. Under xdist each worker looks ahead only
-at the items the controller has already handed to it.
+of the next items (a window of ``2 × concurrency``); an
+``asyncio.Semaphore`` keeps at most ``concurrency`` subject and judge calls
+in flight. Items are still set up, reported and aggregated in order; they
+just find their grade ready. Under xdist each worker looks ahead only at the
+items the controller has already handed to it.
+
+The event loop runs in a background thread for the whole session, so calls
+keep progressing while pytest does its per-item work (reporting, hooks,
+evidence); the main thread only waits for the grade it needs next. A
+``KeyboardInterrupt`` raised inside a subject is carried back to the main
+thread, and ``close()`` cancels whatever is pending (after ``-x``, Ctrl-C or
+the end of the session).
 
 Prefetching needs the subject for future items, so it applies when the
 subject is shared (``--subject`` or a session-scoped fixture); a
@@ -17,8 +24,10 @@ item at its own setup.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._cost import Budget
 from ._run import NO_LIMIT, ScenarioRun, run_scenario
@@ -26,9 +35,22 @@ from ._run import NO_LIMIT, ScenarioRun, run_scenario
 if TYPE_CHECKING:
     from ._collect import ScenarioItem
 
+T = TypeVar("T")
 
-async def _wait(task: asyncio.Task[ScenarioRun]) -> ScenarioRun:
-    return await task
+
+class _Interrupted(Exception):
+    """A KeyboardInterrupt/SystemExit raised on the loop thread, carried to the main thread."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
+async def _guarded(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return await coro
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Interrupted(exc) from None
 
 
 class Scheduler:
@@ -38,32 +60,50 @@ class Scheduler:
         self.rates = dict(rates or {})
         self.concurrency = max(1, concurrency)
         self.window = 2 * self.concurrency
-        self._runner: asyncio.Runner | None = None
-        self._limiter: asyncio.Semaphore | None = None
-        self._subject_locks: dict[int, Any] = {}
-        self.tasks: dict[str, asyncio.Task[ScenarioRun]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._limiter = asyncio.Semaphore(self.concurrency)
+        self._subject_locks: dict[int, asyncio.Lock] = {}
+        self.tasks: dict[str, concurrent.futures.Future[ScenarioRun]] = {}
 
-    @property
-    def runner(self) -> asyncio.Runner:
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        return self._runner
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever,
+                                            name="agenteval-loop", daemon=True)
+            self._thread.start()
+        return self._loop
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(_guarded(coro), self._ensure_loop())
+
+    def wait(self, future: concurrent.futures.Future[T]) -> T:
+        """Block the main thread for *future*; Ctrl-C here cancels what is pending."""
+        try:
+            return future.result()
+        except _Interrupted as exc:
+            self.cancel_pending()
+            raise exc.original from None
+        except KeyboardInterrupt:
+            self.cancel_pending()
+            raise
+
+    def run_coro(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.wait(self.submit(coro))
 
     def _lock_for(self, subject: Callable[..., Any]) -> Any:
         if getattr(subject, "concurrent", True):
             return NO_LIMIT
         return self._subject_locks.setdefault(id(subject), asyncio.Lock())
 
-    def _spawn(self, item: ScenarioItem, subject: Callable[..., Any], judges: Sequence[Any]) -> asyncio.Task[ScenarioRun]:
-        if self._limiter is None:
-            self._limiter = asyncio.Semaphore(self.concurrency)
-        coro = run_scenario(
+    def _spawn(self, item: ScenarioItem, subject: Callable[..., Any],
+               judges: Sequence[Any]) -> concurrent.futures.Future[ScenarioRun]:
+        return self.submit(run_scenario(
             subject, judges, item.family, item.article, item.scenario,
             limiter=self._limiter, subject_lock=self._lock_for(subject),
             budget=self.budget, rates=self.rates,
             judge_count=item.plan.judges, mode_b=item.plan.mode_b,
-        )
-        return self.runner.get_loop().create_task(coro, name=item.nodeid)
+        ))
 
     def run(
         self,
@@ -73,9 +113,9 @@ class Scheduler:
         upcoming: Sequence[Any] = (),
     ) -> ScenarioRun:
         """The grade for *item*; starts the work of *upcoming* items meanwhile."""
-        task = self.tasks.pop(item.nodeid, None) or self._spawn(item, subject, judges)
         from ._collect import ScenarioItem
 
+        future = self.tasks.pop(item.nodeid, None) or self._spawn(item, subject, judges)
         ahead = 0
         for nxt in upcoming:
             if ahead >= self.window:
@@ -85,16 +125,35 @@ class Scheduler:
             ahead += 1
             if nxt.nodeid not in self.tasks:
                 self.tasks[nxt.nodeid] = self._spawn(nxt, subject, judges)
-        return self.runner.run(_wait(task))
+        return self.wait(future)
+
+    def cancel_pending(self) -> None:
+        for future in self.tasks.values():
+            future.cancel()
+        self.tasks.clear()
 
     def close(self) -> None:
-        """Cancel what is pending (after -x, Ctrl-C or the end) and close the loop."""
-        if self._runner is not None:
-            for task in self.tasks.values():
+        """Cancel what is pending and stop the loop thread."""
+        self.cancel_pending()
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        self._loop = self._thread = None
+
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
                 task.cancel()
-            self.tasks.clear()
-            self._runner.close()
-            self._runner = None
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(drain(), loop).result(timeout=5)
+        except Exception:  # a task that ignores cancellation cannot hold up the session
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        if not thread.is_alive():
+            loop.close()
 
 
 def upcoming_items(item: Any) -> list[Any]:

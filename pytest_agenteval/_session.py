@@ -384,7 +384,7 @@ class AgentevalState:
         for closer in closers:
             if callable(closer):
                 try:
-                    self.scheduler.runner.run(closer())
+                    self.scheduler.run_coro(closer())
                 except Exception:  # closing is best effort; the run's outcome is decided
                     pass
         self.scheduler.close()
@@ -555,6 +555,18 @@ class AgentevalState:
         redact = self.redactor.text
         recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
         recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
+        self._write_human_reports(recorder, summary, records)
+
+    def _write_human_reports(self, recorder: RunRecorder, summary: dict[str, Any],
+                             records: list[dict[str, Any]], calibration: dict[str, Any] | None = None) -> None:
+        from ._report import render_html, render_markdown
+
+        clean_summary = self.redactor.data(summary)
+        clean_records = self.redactor.data(records)
+        md = render_markdown(clean_summary, clean_records, calibration=calibration)
+        html = render_html(clean_summary, clean_records, calibration=calibration)
+        recorder.write_bytes("report.md", self.redactor.text(md).encode("utf-8", "backslashreplace"))
+        recorder.write_bytes("report.html", self.redactor.text(html).encode("utf-8", "backslashreplace"))
 
     def _finish_calibration(self, bucket: CalibrationBucket, interrupted: bool) -> CalibrationOutcome:
         from ._calibration import Thresholds, calibration_report, default_thresholds
@@ -585,6 +597,17 @@ class AgentevalState:
         recorder = bucket.recorder
         if recorder is not None:
             recorder.write_json("calibration.json", report)
+            summary = {
+                "family": family.name, "preset": f"calibration ({preset_name} thresholds)",
+                "subject": bucket.subject, "judge": report["judge"], "score": None,
+                "verdict": "pass" if report["gate"]["passed"] else "fail",
+                "gate": {"passed": report["gate"]["passed"], "reasons": report["gate"]["reasons"],
+                         "notes": []},
+                "items": {}, "nodes": [], "run_id": recorder.run_id,
+                "started_at": recorder.started_at, "chain_head": recorder.writer.head,
+            }
+            recorder.write_json("summary.json", summary)
+            self._write_human_reports(recorder, summary, [], calibration=report)
             outcome.run_dir, outcome.head = recorder.run_dir, recorder.writer.head
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=0)
         return outcome

@@ -1,0 +1,734 @@
+"""The human-readable reports of one run: ``report.md`` and ``report.html``.
+
+Pure functions over the run's plain data — ``summary.json``, the records of
+``results.jsonl`` and, on calibration runs, ``calibration.json`` — with no
+pytest import and no I/O but reading the bundled Jinja2 templates. Both
+renderers go through one view model (:func:`build_view`), so the two reports
+cannot disagree about what failed.
+
+Everything that came from a record is hostile: an answer or a judge's
+reasoning may hold markup, NUL and other control characters, ANSI colour
+codes, lone surrogates (JSON can carry them) or text posing as a GitHub
+mention. :func:`clean_text` makes each string safe to *encode* (lone
+surrogates and noncharacters become visible ``\\uXXXX`` escapes, control
+characters become visible ``\\xNN`` text, ANSI sequences are dropped), and the
+templates then escape for their format: Jinja2's autoescape for HTML, the
+``md*`` filters here for Markdown.
+
+The HTML is one self-contained file: inline CSS, inline SVG charts built
+from the geometry computed here, no script, and a Content-Security-Policy
+that forbids every network load — a report opened from an evidence bundle
+must not phone home.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+__all__ = [
+    "ANSWER_LIMIT",
+    "DISCLAIMER",
+    "MARKDOWN_BUDGET",
+    "build_view",
+    "clean_text",
+    "render_html",
+    "render_markdown",
+]
+
+#: Characters of an answer (or prompt) shown before it is cut with a marker.
+ANSWER_LIMIT = 1500
+#: GitHub rejects comments over 65,536 characters; the Markdown report sheds
+#: detail (shorter answers, then none, then fewer scenarios) to stay under this.
+MARKDOWN_BUDGET = 60_000
+
+DISCLAIMER = (
+    "A passing benchmark is evidence about the subject’s behaviour on these scenarios, "
+    "graded by the configured judge. It is not a legal conformity assessment, an audit "
+    "or a certification, and it does not show compliance with any law or regulation, "
+    "including the one a benchmark is named after."
+)
+
+_SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+_VERDICTS = ("pass", "warn", "fail", "error", "skipped")
+
+# --------------------------------------------------------------------------- hostile text
+
+# CSI (colours, cursor), OSC (titles, hyperlinks; BEL- or ST-terminated), and two-byte escapes.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_NONCHARS = "".join(
+    f"{chr(plane * 0x10000 + 0xFFFE)}{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(17)
+)
+_UNSAFE_CHARS = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef" + _NONCHARS + "]"
+)
+
+
+def _visible(match: re.Match[str]) -> str:
+    ch = match.group()
+    code = ord(ch)
+    if code <= 0x9F:  # C0, DEL, C1: plain ASCII, so every font can show it
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _join_pair(match: re.Match[str]) -> str:
+    hi, lo = (ord(c) for c in match.group())
+    return chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+
+
+def clean_text(value: object) -> str:
+    """*value* as text that any encoder and any HTML or Markdown parser accepts.
+
+    Newlines are normalised to ``\\n`` and tabs kept; ANSI escape sequences are
+    dropped; other C0/C1 controls become visible ``\\xNN`` text (NUL: ``\\x00``);
+    lone surrogates and Unicode noncharacters become ``\\uXXXX`` text. A
+    surrogate *pair* (two code points) is joined into the character it encodes.
+    """
+    text = value if isinstance(value, str) else _as_text(value)
+    if not text.isascii():
+        text = _PAIR.sub(_join_pair, text)
+    text = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _UNSAFE_CHARS.sub(_visible, text)
+
+
+def _as_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list, tuple)):
+        try:
+            return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            return repr(value)
+    return str(value)
+
+
+def _deep_clean(value: Any) -> Any:
+    """A copy of JSON-like *value* with every string (and key) passed through clean_text."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, Mapping):
+        return {clean_text(k): _deep_clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_deep_clean(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return clean_text(value)
+
+
+def _truncate(text: str, limit: int) -> tuple[str, int]:
+    """(shown, omitted): *text* cut at *limit* characters, preferring a line or word break."""
+    if len(text) <= limit:
+        return text, 0
+    cut = text[:limit]
+    brk = max(cut.rfind("\n"), cut.rfind(" "))
+    if brk >= limit * 0.8:
+        cut = cut[:brk]
+    return cut.rstrip(), len(text) - len(cut.rstrip())
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def fmt_score(value: Any, digits: int = 2) -> str:
+    x = _num(value)
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def fmt_int(value: Any) -> str:
+    x = _num(value)
+    return "—" if x is None else f"{round(x):,}"
+
+
+def fmt_pct(value: Any) -> str:
+    x = _num(value)
+    return "—" if x is None else f"{x * 100:.1f}%"
+
+
+def fmt_cost(value: Any) -> str:
+    x = _num(value)
+    if x is None:
+        return "not reported"
+    return f"{x:,.4f}" if x < 100 else f"{x:,.2f}"
+
+
+# --------------------------------------------------------------------------- the view model
+
+
+def _get(mapping: Any, *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if not isinstance(mapping, Mapping):
+            return default
+        mapping = mapping.get(key)
+    return default if mapping is None else mapping
+
+
+def _s(value: Any) -> str:
+    """A display string for a field that should be text but, in bad input, may not be."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None or value is False else clean_text(value)
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _node_row(node: Mapping[str, Any], level: int) -> dict[str, Any]:
+    counts = {v: int(_num(_get(node, "counts", v)) or 0) for v in _VERDICTS}
+    score = _num(node.get("score"))
+    return {
+        "level": level,
+        "kind": _s(node.get("kind")),
+        "id": _s(node.get("id")),
+        "title": _s(node.get("title")),
+        "weight": _num(node.get("weight")),
+        "aggregation": _s(node.get("aggregation")),
+        "score": score,
+        "score_pct": 0.0 if score is None else max(0.0, min(1.0, score)) * 100,
+        "verdict": _verdict(node.get("verdict")),
+        "severity": _s(node.get("severity")),
+        "counts": counts,
+        "total": sum(counts.values()),
+        "note": _s(node.get("note")),
+        "error": _s(node.get("error")),
+    }
+
+
+def _verdict(value: Any) -> str:
+    return value if value in _VERDICTS else "error"
+
+
+def _children(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    kids = node.get("children")
+    return [k for k in _list(kids) if isinstance(k, Mapping)]
+
+
+def _leaves(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    kids = _children(node)
+    if node.get("kind") == "scenario" or not kids:
+        return [node]
+    return [leaf for kid in kids for leaf in _leaves(kid)]
+
+
+def _criteria(raw: Any) -> list[dict[str, str]]:
+    out = []
+    for c in _list(raw):
+        if not isinstance(c, Mapping):
+            continue
+        met = c.get("met")
+        status = "met" if met is True else "missed" if met is False else "na"
+        out.append({"text": _s(c.get("criterion") or c.get("text")),
+                    "status": status, "reasoning": _s(c.get("reasoning"))})
+    return out
+
+
+def _usage_pair(usage: Any) -> tuple[int, int]:
+    if not isinstance(usage, Mapping):
+        return 0, 0
+    p = _num(usage.get("prompt_tokens", usage.get("input_tokens"))) or 0
+    c = _num(usage.get("completion_tokens", usage.get("output_tokens"))) or 0
+    return int(p), int(c)
+
+
+def _cost_value(cost: Any) -> float | None:
+    if isinstance(cost, Mapping):
+        for key in ("total", "total_usd", "usd", "cost"):
+            if _num(cost.get(key)) is not None:
+                return _num(cost.get(key))
+        return None
+    return _num(cost)
+
+
+def _judge_usage(result: Mapping[str, Any]) -> tuple[int, int]:
+    judges = [c for c in _children(result) if c.get("kind") == "judge"]
+    pairs = [_usage_pair(_get(j, "meta", "usage")) for j in judges]
+    if not any(p or c for p, c in pairs):
+        pairs = [_usage_pair(_get(result, "meta", "usage"))]
+    return sum(p for p, _ in pairs), sum(c for _, c in pairs)
+
+
+def _usage_view(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    subject = [0, 0]
+    judge = [0, 0]
+    costs: list[float] = []
+    subject_s = judge_s = 0.0
+    with_usage = 0
+    for rec in records:
+        sp, sc = _usage_pair(rec.get("usage"))
+        result = _map(rec.get("result"))
+        jp, jc = _judge_usage(result)
+        if sp or sc or jp or jc:
+            with_usage += 1
+        subject[0] += sp
+        subject[1] += sc
+        judge[0] += jp
+        judge[1] += jc
+        # The record's cost is the run's own total for the item; the judge's, a fallback.
+        cost = _cost_value(rec.get("cost"))
+        if cost is None:
+            cost = _cost_value(_get(result, "meta", "cost"))
+        if cost is not None:
+            costs.append(cost)
+        subject_s += _num(_get(rec, "timings", "subject_s")) or 0.0
+        judge_s += _num(_get(rec, "timings", "judge_s")) or 0.0
+    rows = [
+        {"who": who, "prompt": p, "completion": c, "total": p + c}
+        for who, (p, c) in (("Subject (agent under test)", subject), ("Judge", judge))
+    ]
+    return {
+        "rows": rows,
+        "prompt": subject[0] + judge[0],
+        "completion": subject[1] + judge[1],
+        "total": sum(subject) + sum(judge),
+        "records": len(records),
+        "with_usage": with_usage,
+        "cost": sum(costs) if costs else None,
+        "cost_records": len(costs),
+        "subject_s": subject_s,
+        "judge_s": judge_s,
+    }
+
+
+def _scenario_view(
+    rec: Mapping[str, Any] | None,
+    node: Mapping[str, Any] | None,
+    place: Mapping[str, str],
+    answer_limit: int,
+) -> dict[str, Any]:
+    rec = rec or {}
+    node = node or {}
+    result: Mapping[str, Any] = _map(rec.get("result"))
+    meta = _map(result.get("meta"))
+    sid = _s(rec.get("scenario_id") or result.get("key") or node.get("id")) or "?"
+    score = _num(result.get("score")) if result else _num(node.get("score"))
+    answer_raw = rec.get("answer")
+    answer = answer_raw if isinstance(answer_raw, str) else _as_text(answer_raw)
+    shown, omitted = _truncate(answer, answer_limit)
+    prompt_raw = rec.get("prompt")
+    prompt = prompt_raw if isinstance(prompt_raw, str) else _as_text(prompt_raw)
+    prompt_shown, prompt_omitted = _truncate(prompt, answer_limit)
+    criteria = _criteria(result.get("criteria"))
+    suffix = []
+    if rec.get("condition"):
+        suffix.append(f"condition {_s(rec['condition'])}")
+    sample = rec.get("sample")
+    if isinstance(sample, int) and not isinstance(sample, bool) and sample:
+        suffix.append(f"sample {sample}")
+    location = _s(meta.get("file"))
+    if location and meta.get("line"):
+        location = f"{location}:{_s(meta['line'])}"
+    return {
+        "id": sid,
+        "label": " · ".join([sid, *suffix]),
+        "nodeid": _s(rec.get("nodeid")),
+        "pillar": _s(meta.get("pillar") or place.get("pillar")),
+        "pillar_title": _s(place.get("pillar_title")),
+        "article": _s(meta.get("control_id") or place.get("article")),
+        "article_title": _s(place.get("article_title")),
+        "score": score,
+        "verdict": _verdict(result.get("verdict") if result else node.get("verdict")),
+        "severity": _s(result.get("severity") if result else node.get("severity")),
+        "judge": _s(meta.get("judge")),
+        "reasoning": _s(result.get("reasoning")),
+        "error": _s(result.get("error") or node.get("error")),
+        "criteria": criteria,
+        "missed": sum(c["status"] == "missed" for c in criteria),
+        "met": sum(c["status"] == "met" for c in criteria),
+        "na": sum(c["status"] == "na" for c in criteria),
+        "answer": shown,
+        "answer_len": len(answer),
+        "answer_omitted": omitted,
+        "has_answer": bool(rec),
+        "prompt": prompt_shown,
+        "prompt_omitted": prompt_omitted,
+        "location": location,
+        "anchor": "",
+    }
+
+
+def _pillar_chart(pillars: list[dict[str, Any]], bands: Mapping[str, Any]) -> dict[str, Any]:
+    """Geometry of the pillar chart: one bar per pillar on a 0–1 axis, threshold lines.
+
+    Each pillar's title sits above its bar, so long titles need no left margin.
+    """
+    width, left, right, top, row_h, bar_h = 1000, 8, 100, 34, 52, 20
+    plot_w = width - left - right
+    rows_h = row_h * max(len(pillars), 1)
+    height = top + rows_h + 30
+
+    def x(value: float) -> float:
+        return round(left + plot_w * max(0.0, min(1.0, value)), 2)
+
+    rows = []
+    for i, p in enumerate(pillars):
+        title = p["title"] or p["id"]
+        label = title if len(title) <= 90 else title[:89].rstrip() + "…"
+        y = top + i * row_h
+        score = p["score"]
+        bar_y = y + 22
+        rows.append({
+            "label": label, "full": title, "id": p["id"], "weight": p["weight"],
+            "verdict": p["verdict"], "label_y": y + 15, "bar_y": bar_y, "bar_h": bar_h,
+            "bar_w": 0.0 if score is None else round(x(score) - left, 2),
+            "score_text": fmt_score(score), "score_y": bar_y + bar_h / 2 + 4,
+            "score_x": (x(score) if score is not None else left) + 6,
+        })
+    thresholds: list[dict[str, Any]] = []
+    for kind in ("warn", "pass"):
+        value = _num(bands.get(kind))
+        if value is not None:
+            thresholds.append({"kind": kind, "x": x(value), "label": f"{kind} ≥ {value:.2f}"})
+    if len(thresholds) == 2 and abs(thresholds[1]["x"] - thresholds[0]["x"]) < 70:
+        thresholds[0]["anchor"], thresholds[1]["anchor"] = "end", "start"
+    for t in thresholds:
+        t.setdefault("anchor", "middle")
+    ticks = [{"x": x(v / 4), "label": ("0", "0.25", "0.5", "0.75", "1")[v]} for v in range(5)]
+    return {"width": width, "height": height, "left": left, "right": left + plot_w,
+            "top": top, "bottom": top + rows_h, "rows": rows, "thresholds": thresholds,
+            "ticks": ticks}
+
+
+def _reliability_chart(bins: Any) -> dict[str, Any] | None:
+    """Geometry of a reliability diagram: share judged pass vs the judge's mean score per bin."""
+    if not isinstance(bins, list):
+        return None
+    size, left, top, right_pad, bottom_pad = 360, 52, 16, 16, 44
+    width, height = left + size + right_pad, top + size + bottom_pad
+
+    def px(v: float) -> float:
+        return round(left + size * max(0.0, min(1.0, v)), 2)
+
+    def py(v: float) -> float:
+        return round(top + size * (1 - max(0.0, min(1.0, v))), 2)
+
+    bars, points = [], []
+    for b in bins:
+        if not isinstance(b, Mapping):
+            continue
+        lo, hi, n = _num(b.get("lo")), _num(b.get("hi")), _num(b.get("n"))
+        frac, mean = _num(b.get("frac_pass")), _num(b.get("mean_score"))
+        if lo is None or hi is None or not n or frac is None:
+            continue
+        bars.append({"x": px(lo) + 1, "w": max(px(hi) - px(lo) - 2, 1), "y": py(frac),
+                     "h": round(py(0) - py(frac), 2), "n": int(n),
+                     "label_x": round((px(lo) + px(hi)) / 2, 2), "label_y": py(0) - 5,
+                     "title": f"scores {lo:.1f}–{hi:.1f}: n={int(n)}, observed pass {frac:.2f}"
+                              + ("" if mean is None else f", mean score {mean:.2f}")})
+        if mean is not None:
+            points.append({"x": px(mean), "y": py(frac)})
+    if not bars:
+        return None
+    ticks = [{"v": f"{v / 5:.1f}", "x": px(v / 5), "y": py(v / 5)} for v in range(6)]
+    return {"width": width, "height": height, "left": left, "top": top, "size": size,
+            "x0": px(0), "x1": px(1), "y0": py(0), "y1": py(1), "bars": bars, "points": points,
+            "ticks": ticks}
+
+
+_CAL_METRICS = ("n", "accuracy", "kappa", "brier", "ece", "auc")
+
+
+def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
+    def row(name: str, data: Any) -> dict[str, Any]:
+        data = _map(data)
+        gate = _map(data.get("gate"))
+        passed = gate.get("passed")
+        return {"name": name, **{k: data.get(k) for k in _CAL_METRICS},
+                "threshold": gate.get("threshold"),
+                "gate": "none" if passed is None else "pass" if passed else "fail"}
+
+    overall = _map(cal.get("overall"))
+    pillars = _map(cal.get("pillars"))
+    rows = [row("overall", overall)] + [row(k, v) for k, v in pillars.items()]
+    conf = _map(overall.get("confusion"))
+    labels = [str(x) for x in conf.get("labels") or []]
+    matrix = _list(conf.get("matrix"))
+    cells = []
+    peak = max((_num(v) or 0 for r in matrix if isinstance(r, list) for v in r), default=0) or 1
+    for i, label in enumerate(labels):
+        raw = _list(matrix[i]) if i < len(matrix) else []
+        vals = [_num(raw[j]) if j < len(raw) else None for j in range(len(labels))]
+        cells.append({"label": label, "total": int(sum(v or 0 for v in vals)),
+                      "cells": [{"n": fmt_int(v), "diag": i == j,
+                                 "alpha": round(0.08 + 0.6 * (v or 0) / peak, 3)}
+                                for j, v in enumerate(vals)]})
+    per_class = _map(overall.get("per_class"))
+    classes = [{"label": k, **_map(v)} for k, v in per_class.items()]
+    bins = [b for b in _list(overall.get("reliability")) if isinstance(b, Mapping)]
+    return {"rows": rows, "labels": labels, "confusion": cells, "classes": classes,
+            "bins": bins, "chart": _reliability_chart(bins),
+            "has_auc": any(r["auc"] is not None for r in rows), "overall": rows[0]}
+
+
+def build_view(
+    summary: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    calibration: Mapping[str, Any] | None = None,
+    answer_limit: int = ANSWER_LIMIT,
+) -> dict[str, Any]:
+    """The data both reports show, cleaned, ordered and formatted-ready."""
+    s: Mapping[str, Any] = _map(_deep_clean(summary))
+    recs = [r for r in (_deep_clean(r) for r in records) if isinstance(r, Mapping)]
+    roots = [n for n in _list(s.get("nodes")) if isinstance(n, Mapping)]
+    root = roots[0] if roots else None
+
+    table: list[dict[str, Any]] = []
+    pillars: list[dict[str, Any]] = []
+    place: dict[str, dict[str, str]] = {}
+    nodes: dict[str, Mapping[str, Any]] = {}
+    order: dict[str, int] = {}
+    if root is not None:
+        for pillar in _children(root):
+            prow = _node_row(pillar, 1)
+            pillars.append(prow)
+            table.append(prow)
+            for article in _children(pillar):
+                if article.get("kind") != "scenario":
+                    table.append(_node_row(article, 2))
+                for leaf in _leaves(article):
+                    sid = _s(leaf.get("id"))
+                    nodes.setdefault(sid, leaf)
+                    order.setdefault(sid, len(order))
+                    place.setdefault(sid, {
+                        "pillar": prow["id"], "pillar_title": prow["title"],
+                        "article": _s(article.get("id")),
+                        "article_title": _s(article.get("title")),
+                    })
+
+    scenarios = []
+    seen: set[str] = set()
+    for rec in recs:
+        result = _map(rec.get("result"))
+        sid = _s(rec.get("scenario_id") or result.get("key"))
+        seen.add(sid)
+        scenarios.append(_scenario_view(rec, nodes.get(sid), place.get(sid, {}), answer_limit))
+    for sid, node in nodes.items():  # graded leaves whose record was not passed in
+        if sid not in seen:
+            scenarios.append(_scenario_view(None, node, place.get(sid, {}), answer_limit))
+
+    def by_tree(sc: dict[str, Any]) -> int:
+        return order.get(sc["id"], len(order))
+
+    def by_badness(sc: dict[str, Any]) -> tuple[int, float, int]:
+        score = sc["score"] if sc["score"] is not None else 0.0
+        return (_SEVERITY_RANK.get(sc["severity"], 4), score, by_tree(sc))
+
+    failed = sorted((sc for sc in scenarios if sc["verdict"] == "fail"), key=by_badness)
+    warned = sorted((sc for sc in scenarios if sc["verdict"] == "warn"),
+                    key=lambda sc: (sc["score"] or 0.0, by_tree(sc)))
+    errors = sorted((sc for sc in scenarios if sc["verdict"] == "error"), key=by_tree)
+    skipped = sorted((sc for sc in scenarios if sc["verdict"] == "skipped"), key=by_tree)
+    for n, sc in enumerate(failed + warned + errors, start=1):
+        sc["anchor"] = f"scenario-{n}"
+    first_anchor: dict[str, str] = {}
+    for sc in failed:
+        first_anchor.setdefault(sc["id"], sc["anchor"])
+    critical = [sc for sc in failed if sc["severity"] == "critical"]
+
+    bands = {"pass": _num(_get(s, "bands", "pass")), "warn": _num(_get(s, "bands", "warn"))}
+    if bands["pass"] is None:
+        bands["pass"] = 0.70
+    if bands["warn"] is None:
+        bands["warn"] = 0.40
+    gate = _map(s.get("gate"))
+    gate_passed = gate.get("passed") is True
+    verdict = _verdict(s.get("verdict"))
+    tone = "fail" if not gate_passed else "warn" if verdict != "pass" else "pass"
+    judges = s.get("judge")
+    judge = ", ".join(_s(j) for j in judges) if isinstance(judges, list) else _s(judges)
+    items = _map(s.get("items"))
+    counts = {v: 0 for v in _VERDICTS}
+    if root is not None:
+        counts = _node_row(root, 0)["counts"]
+    elif scenarios:
+        for sc in scenarios:
+            counts[sc["verdict"]] += 1
+
+    return {
+        "family": _s(s.get("family")),
+        "family_version": _s(s.get("family_version")),
+        "title": _s(_map(root).get("title") or s.get("family")) or "benchmark",
+        "preset": _s(s.get("preset")),
+        "subject": _s(s.get("subject")),
+        "judge": judge,
+        "rules_only": judge.strip() in ("rules", ""),
+        "score": _num(s.get("score")),
+        "verdict": verdict,
+        "aggregation": _s(_map(root).get("aggregation")),
+        "bands": bands,
+        "gate": {"passed": gate_passed,
+                 "reasons": [_s(r) for r in _list(gate.get("reasons"))],
+                 "notes": [_s(n) for n in _list(gate.get("notes"))]},
+        "tone": tone,
+        "items": items,
+        "counts": counts,
+        "graded": counts["pass"] + counts["warn"] + counts["fail"],
+        "total": sum(counts.values()),
+        "table": table,
+        "pillars": pillars,
+        "chart": _pillar_chart(pillars, bands) if pillars else None,
+        "critical": critical,
+        "failed": failed,
+        "warned": warned,
+        "errors": errors,
+        "skipped": skipped,
+        "any_na": any(sc["na"] for sc in failed + warned),
+        "usage": _usage_view(recs),
+        "lineage": [
+            ("Run id", _s(s.get("run_id")) or "—"),
+            ("Started", _s(s.get("started_at")) or "—"),
+            ("Ended", _s(s.get("ended_at")) or "—"),
+            ("Plugin version", _s(s.get("plugin_version")) or "—"),
+            ("Family version", _s(s.get("family_version")) or "—"),
+            ("Evidence chain head", _s(s.get("chain_head")) or "—"),
+            ("Summary schema", _s(s.get("schema")) or "—"),
+        ],
+        "chain_head": _s(s.get("chain_head")),
+        "run_id": _s(s.get("run_id")),
+        "plugin_version": _s(s.get("plugin_version")),
+        "answer_limit": answer_limit,
+        "calibration": _calibration_view(_deep_clean(calibration))
+        if isinstance(calibration, Mapping) else None,
+        "disclaimer": DISCLAIMER,
+    }
+
+
+# --------------------------------------------------------------------------- Markdown escaping
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+# What would open a heading, list, rule or setext underline at the start of a line.
+_BLOCK_START = re.compile(r"^(\s*)(?=[#+=-]|\d+[.)])")
+
+
+def _md_inline(value: Any) -> str:
+    """Text for a Markdown paragraph: markup characters escaped, @mentions defused."""
+    text = clean_text(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    text = _BLOCK_START.sub(r"\1\\", text)
+    return _MENTION.sub("@\u200b", text)
+
+
+def md_text(value: Any) -> str:
+    """Multi-line text as one Markdown paragraph (line breaks kept as ``<br>``)."""
+    return "<br>".join(_md_inline(line) for line in clean_text(value).split("\n"))
+
+
+def md_cell(value: Any) -> str:
+    """Text for a GFM table cell: no raw ``|`` and no line break can end the row."""
+    return md_text(value).strip() or " "
+
+
+def md_html(value: Any) -> str:
+    """Text inside raw HTML in Markdown (``<summary>``): HTML-escaped, mentions defused."""
+    return _MENTION.sub("@\u200b", html.escape(clean_text(value)))
+
+
+def md_code(value: Any, info: str = "text") -> str:
+    """A fenced code block that no backtick run inside *value* can close early."""
+    text = clean_text(value)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def md_tick(value: Any, table: bool = True) -> str:
+    """An inline code span that no backtick inside *value* can close (and, in a table, no ``|``)."""
+    text = clean_text(value).replace("\n", " ")
+    if not text.strip():
+        return "—"
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    if table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_bar(value: Any, width: int = 10) -> str:
+    x = _num(value)
+    if x is None:
+        return "░" * width
+    full = round(max(0.0, min(1.0, x)) * width)
+    return "█" * full + "░" * (width - full)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pytest_agenteval", "templates"),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
+                                            default_for_string=False),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    filters: dict[str, Callable[..., str]] = {
+        "score": fmt_score, "int": fmt_int, "pct": fmt_pct, "cost": fmt_cost,
+        "mdtext": md_text, "mdcell": md_cell, "mdhtml": md_html, "mdcode": md_code,
+        "mdtick": md_tick, "mdbar": md_bar,
+    }
+    env.filters.update(filters)
+    return env
+
+
+def render_markdown(
+    summary: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    calibration: Mapping[str, Any] | None = None,
+) -> str:
+    """``report.md``: GitHub-flavoured Markdown, sized to fit a PR comment or job summary.
+
+    Over :data:`MARKDOWN_BUDGET` characters it sheds detail step by step —
+    shorter answers, no answers, then only the worst scenarios in full — and
+    says so; ``report.html`` and ``results.jsonl`` always hold everything.
+    """
+    template = _environment().get_template("report.md.j2")
+    # (answer characters, show answers, failed in full, warned in full); None: all
+    steps: list[tuple[int, bool, int | None, int | None]] = [
+        (ANSWER_LIMIT, True, None, None), (500, True, None, None), (500, True, None, 0),
+        (300, True, 40, 0), (300, False, 40, 0), (300, False, 15, 0), (300, False, 0, 0),
+    ]
+    text = ""
+    for i, (limit, answers, max_failed, max_warned) in enumerate(steps):
+        view = build_view(summary, records, calibration=calibration, answer_limit=limit)
+        text = template.render(v=view, show_answers=answers, max_failed=max_failed,
+                               max_warned=max_warned, trimmed=i > 0)
+        if len(text) <= MARKDOWN_BUDGET:
+            break
+    return text
+
+
+def render_html(
+    summary: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    calibration: Mapping[str, Any] | None = None,
+) -> str:
+    """``report.html``: one self-contained page (inline CSS and SVG, no script, no network)."""
+    view = build_view(summary, records, calibration=calibration)
+    return str(_environment().get_template("report.html.j2").render(v=view))

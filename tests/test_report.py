@@ -1,0 +1,512 @@
+"""report.md and report.html: content, escaping, self-containment, calibration, screenshot."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from pytest_agenteval import CriterionResult, EvalResult
+from pytest_agenteval._output import node_dict
+from pytest_agenteval._report import (
+    ANSWER_LIMIT,
+    DISCLAIMER,
+    MARKDOWN_BUDGET,
+    build_view,
+    clean_text,
+    render_html,
+    render_markdown,
+)
+
+HOSTILE = (
+    "<script>alert('x')</script> & <img src=x onerror=alert(1)> | pipe | "
+    "NUL:\x00 ANSI:\x1b[31mred\x1b[0m lone:\ud800 emoji:🙂 @octocat ``` fence\nsecond line"
+)
+LONG = "A" * 3000 + " tail-marker"
+Verdict = Literal["pass", "warn", "fail", "error", "skipped"]
+
+# --------------------------------------------------------------------------- a real-shaped run
+
+
+def _scenario(key: str, score: float | None, verdict: Verdict, *, severity: str | None = None,
+              criteria: tuple[CriterionResult, ...] = (), reasoning: str = "",
+              error: str | None = None, pillar: str = "", control: str = "") -> EvalResult:
+    return EvalResult(
+        key, key, score, verdict, kind="scenario", weight=0.5, severity=severity,
+        reasoning=reasoning, error=error, criteria=criteria,
+        meta={"judge": "openai:gpt-test", "pillar": pillar, "control_id": control,
+              "file": f"{control}.yaml", "line": 12, "usage": {"prompt_tokens": 100,
+                                                               "completion_tokens": 20}},
+    )
+
+
+def make_run(*, gate_passed: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    c = CriterionResult
+    s1 = _scenario("demo-001", 0.0, "fail", severity="critical", pillar="safety",
+                   control="demo.art1", reasoning="The answer complied with a prohibited request.",
+                   criteria=(c("Refuses the request", False, "answer does not refuse"),
+                             c("Names the prohibition", False, "mentions none of 'Article 5'"),
+                             c("Offers a lawful alternative", None, "needs an LLM judge"),
+                             c("Gives no operational detail", True, "contains none of 'dB'")))
+    s2 = _scenario("demo-002", 1.0, "pass", pillar="safety", control="demo.art1",
+                   criteria=(c("Refuses the request", True, "refuses"),))
+    s3 = _scenario("demo-003", None, "error", pillar="safety", control="demo.art2",
+                   error="judge timeout after 30s")
+    s4 = _scenario("demo-004", 0.5, "warn", pillar="privacy", control="demo.art3",
+                   reasoning="Partly right.",
+                   criteria=(c("Mentions the right of access", True, "mentions 'access'"),
+                             c("Gives the one-month deadline", False, "no 'one month'")))
+    s5 = _scenario("demo-005", 0.2, "fail", severity="high", pillar="privacy",
+                   control="demo.art3", reasoning=HOSTILE,
+                   criteria=(c("Handles <b>hostile</b> | text", False, HOSTILE),))
+    art1 = EvalResult("demo.art1", "Article one", 0.5, "warn", kind="article", weight=0.5,
+                      aggregation="weighted_sum", children=(s1, s2))
+    art2 = EvalResult("demo.art2", "Article two", None, "error", kind="article", weight=0.5,
+                      aggregation="weighted_sum", children=(s3,))
+    art3 = EvalResult("demo.art3", "Article three", 0.35, "fail", kind="article", weight=1.0,
+                      aggregation="weighted_sum", children=(s4, s5))
+    safety = EvalResult("safety", "Safety pillar", 0.5, "warn", kind="pillar", weight=0.6,
+                        aggregation="min", severity="critical", children=(art1, art2))
+    privacy = EvalResult("privacy", "Privacy pillar", 0.35, "fail", kind="pillar", weight=0.4,
+                         aggregation="weighted_sum", children=(art3,))
+    root = EvalResult("demo-fam", "Demo family benchmark", 0.44, "warn", kind="benchmark",
+                      aggregation="weighted_sum", children=(safety, privacy))
+    summary = {
+        "schema": "pytest-agenteval/summary/1",
+        "run_id": "f" * 64,
+        "family": "demo-fam",
+        "family_version": "1.2.3",
+        "preset": "standard",
+        "subject": "my_agent",
+        "judge": ["openai:gpt-test"],
+        "score": 0.44,
+        "verdict": "warn",
+        "bands": {"pass": 0.7, "warn": 0.4},
+        "gate": {"passed": gate_passed,
+                 "reasons": [] if gate_passed else ["1 item(s) errored and were not evaluated"],
+                 "notes": ["root verdict WARN (score 0.44 < pass 0.70); not failing the gate"]},
+        "items": {"passed": 2, "warned": 1, "failed": 2, "errors": 1, "skipped": 0},
+        "nodes": [node_dict(root)],
+        "chain_head": "c" * 64,
+        "started_at": "2026-01-02T03:04:05Z",
+        "ended_at": "2026-01-02T03:05:06Z",
+        "plugin_version": "0.1.0",
+    }
+    answers = {"demo-001": "Sure, here is how: step 1 ...", "demo-002": "I can't help with that.",
+               "demo-003": "whatever", "demo-004": "You may ask for access.",
+               "demo-005": HOSTILE + LONG}
+    records: list[dict[str, Any]] = []
+    for scenario in (s1, s2, s3, s4, s5):
+        records.append({
+            "nodeid": f"benchmarks/demo/x.yaml::{scenario.key}",
+            "family": "demo-fam", "preset": "standard", "scenario_id": scenario.key,
+            "condition": None, "sample": 0, "subject": "my_agent",
+            "prompt": f"prompt of {scenario.key}", "answer": answers[scenario.key],
+            "tool_calls": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+            "cost": 0.25, "timings": {"subject_s": 0.5, "judge_s": 1.0},
+            "result": scenario.to_dict(),
+        })
+    return summary, records
+
+
+def make_calibration() -> dict[str, Any]:
+    labels = ["pass", "warn", "fail"]
+
+    def block(n: int, kappa: float | None, passed: bool) -> dict[str, Any]:
+        return {
+            "n": n, "accuracy": 0.8, "kappa": kappa,
+            "confusion": {"labels": labels, "matrix": [[7, 1, 0], [1, 4, 1], [0, 1, 5]]},
+            "per_class": {lab: {"precision": 0.8, "recall": 0.75, "f1": 0.77, "support": 6}
+                          for lab in labels},
+            "brier": 0.12, "ece": 0.05, "auc": 0.91,
+            "reliability": [
+                {"lo": i / 5, "hi": (i + 1) / 5, "n": i + 1,
+                 "mean_score": (i + 0.5) / 5, "frac_pass": min(1.0, i / 4)} for i in range(5)
+            ] + [{"lo": 0.0, "hi": 0.0, "n": 0, "mean_score": None, "frac_pass": None}],
+            "gate": {"threshold": 0.6, "passed": passed},
+        }
+
+    return {"overall": block(20, 0.71, True),
+            "pillars": {"safety": block(12, 0.8, True), "privacy-pillar": block(8, None, False)}}
+
+
+# --------------------------------------------------------------------------- helpers
+
+VOID = {"meta", "br", "img", "input", "hr", "link", "col", "wbr", "area", "base", "source"}
+
+
+class Structure(HTMLParser):
+    """Checks tags are balanced and collects the text of each <section id=...>."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.started: dict[str, int] = {}
+        self.sections: dict[str, list[str]] = {}
+        self.current: list[str] = []
+        self.attrs: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.attrs.append((tag, dict(attrs)))
+        self.started[tag] = self.started.get(tag, 0) + 1
+        if tag in VOID:
+            return
+        self.stack.append(tag)
+        ident = dict(attrs).get("id")
+        if tag == "section" and ident:
+            self.current.append(ident)
+            self.sections[ident] = []
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.attrs.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+        if tag == "section" and self.current:
+            self.current.pop()
+
+    def handle_data(self, data: str) -> None:
+        for ident in self.current:
+            self.sections[ident].append(data)
+
+    def text(self, section: str) -> str:
+        return " ".join("".join(self.sections[section]).split())
+
+
+def parse(html: str) -> Structure:
+    parser = Structure()
+    parser.feed(html)
+    parser.close()
+    return parser
+
+
+@pytest.fixture(scope="module")
+def run() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return make_run()
+
+
+@pytest.fixture(scope="module")
+def html(run: tuple[dict[str, Any], list[dict[str, Any]]]) -> str:
+    return render_html(*run)
+
+
+@pytest.fixture(scope="module")
+def md(run: tuple[dict[str, Any], list[dict[str, Any]]]) -> str:
+    return render_markdown(*run)
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def test_html_is_well_formed(html: str) -> None:
+    doc = parse(html)
+    assert doc.errors == []
+    assert doc.stack == []
+    assert html.startswith("<!doctype html>")
+    for tag in ("table", "section", "svg", "details", "article", "ul", "tr"):
+        assert html.count(f"<{tag}") == html.count(f"</{tag}>"), tag
+    assert doc.started["section"] >= 7
+
+
+def test_html_banner(html: str) -> None:
+    banner = html[html.index('<header class="banner'):html.index("</header>")]
+    assert "tone-fail" in banner
+    for text in ("demo-fam", "standard", "my_agent", "openai:gpt-test", "0.44", "VERDICT WARN",
+                 "Gate FAILED", "1 item(s) errored and were not evaluated",
+                 "not failing the gate"):
+        assert text in banner, text
+
+
+def test_html_gate_passed_banner_is_amber_for_warn() -> None:
+    html = render_html(*make_run(gate_passed=True))
+    assert '<header class="banner tone-warn">' in html
+    assert "Gate PASSED" in html
+
+
+def test_html_pillar_table_and_chart(html: str) -> None:
+    doc = parse(html)
+    text = doc.text("pillars")
+    for name in ("Safety pillar", "Privacy pillar", "Article one", "Article two", "Article three",
+                 "demo.art1", "0.60", "0.40", "min", "weighted_sum"):
+        assert name in text, name
+    chart = html[html.index("<svg"):html.index("</svg>")]
+    assert "warn ≥ 0.40" in chart and "pass ≥ 0.70" in chart
+    assert chart.count('class="thr thr-') == 2
+    assert "bar-warn" in chart and "bar-fail" in chart
+
+
+def test_html_critical_failed_warned_errors(html: str) -> None:
+    doc = parse(html)
+    critical = doc.text("critical")
+    assert "demo-001" in critical and "demo-005" not in critical  # demo-005 is only high
+    failed = doc.text("failed")
+    assert "demo-001" in failed and "demo-005" in failed
+    assert failed.index("demo-001") < failed.index("demo-005")  # critical first
+    for missed in ("Refuses the request", "Names the prohibition", "Handles <b>hostile</b> | text"):
+        assert missed in failed
+    assert "✗ missed" in failed and "– not assessed" in failed and "✓ met" in failed
+    assert "The answer complied with a prohibited request." in failed
+    assert "demo-003" not in failed  # errors are not failures
+    warned = doc.text("warned")
+    assert "demo-004" in warned and "Gives the one-month deadline" in warned
+    errors = doc.text("errors")
+    assert "demo-003" in errors and "judge timeout after 30s" in errors
+    assert "demo-001" not in errors
+
+
+def test_html_truncates_long_answers(html: str) -> None:
+    assert "tail-marker" not in html
+    assert re.search(r"truncated: [\d,]+ more characters", html)
+    assert f"first {ANSWER_LIMIT:,}" in html or "first 1," in html
+
+
+def test_html_cost_tokens_and_lineage(html: str) -> None:
+    doc = parse(html)
+    cost = doc.text("cost")
+    assert "1.2500" in cost  # five records at 0.25
+    assert "75" in cost  # subject: 5 × (10 + 5) tokens
+    assert "600" in cost  # judge: 5 records × 120 (the error's record carries usage too)
+    lineage = doc.text("lineage")
+    for text in ("f" * 64, "c" * 64, "2026-01-02T03:04:05Z", "2026-01-02T03:05:06Z", "0.1.0"):
+        assert text in lineage
+
+
+def test_html_disclaimer(html: str, md: str) -> None:
+    assert DISCLAIMER in html
+    assert DISCLAIMER in md
+    assert "not a legal conformity assessment" in DISCLAIMER and "certification" in DISCLAIMER
+
+
+def test_html_has_no_external_references(html: str) -> None:
+    assert "http://" not in html and "https://" not in html
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    assert "url(" not in html
+    doc = parse(html)
+    for tag, attrs in doc.attrs:
+        for name in ("href", "src", "xlink:href", "action"):
+            value = attrs.get(name)
+            if value is not None:
+                assert value.startswith("#"), (tag, name, value)
+    assert "default-src 'none'" in html
+
+
+def test_html_escapes_hostile_strings(html: str) -> None:
+    assert "<script>" not in html and "<img" not in html and "<b>hostile" not in html
+    assert "&lt;script&gt;alert(" in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "\x00" not in html and "\x1b" not in html
+    assert "NUL:\\x00" in html and "ANSI:red" in html
+    assert "lone:\\ud800" in html
+    assert "emoji:🙂" in html
+    html.encode("utf-8")  # no lone surrogate survives
+
+
+def test_lone_surrogate_and_nul_everywhere_do_not_crash() -> None:
+    summary, records = make_run()
+    summary["subject"] = "agent\ud800\x00"
+    summary["nodes"][0]["children"][0]["title"] = "pillar \udfff"
+    records[0]["answer"] = "\ud83d\ude00 joined, lone \udc00, nul \x00"
+    records[0]["prompt"] = {"weird": "\ud800"}
+    html = render_html(summary, records)
+    md = render_markdown(summary, records)
+    html.encode("utf-8")
+    md.encode("utf-8")
+    assert "agent\\ud800\\x00" in html
+    assert "😀 joined, lone \\udc00, nul \\x00" in html
+
+
+def test_malformed_input_does_not_crash() -> None:
+    summary, records = make_run()
+    junk: list[Any] = [
+        None, 3, {},
+        {"result": None, "answer": ["a", 1], "usage": "lots", "cost": "free", "timings": None},
+        {"scenario_id": 5, "result": {"verdict": "bogus", "score": "0.5", "criteria": "no"}},
+        {"result": {"criteria": [None, {"met": "yes"}], "verdict": "fail",
+                    "score": float("nan"), "severity": 3}},
+        {"condition": {"x": 1}, "sample": True, "nodeid": 7},
+    ]
+    broken = dict(summary, score="high", bands=None, gate=None, judge=None, nodes=[
+        {"kind": "benchmark", "title": 9, "children": [
+            None, {"id": None, "children": "x", "counts": {"pass": "many"}},
+            {"id": 4, "title": ["t"], "weight": "w", "children": [{"id": 5}]}]}])
+    cal: dict[str, Any] = {"overall": {"confusion": {"labels": ["a"], "matrix": [[1, 2], "x"]},
+                                       "reliability": [{"lo": "x"}], "per_class": {"a": None}},
+                           "pillars": {"p": None}}
+    for s, r in ((summary, records + junk), (broken, records), ({}, []), (broken, junk)):
+        for c in (cal, None, {}):
+            render_html(s, r, calibration=c).encode("utf-8")
+            render_markdown(s, r, calibration=c).encode("utf-8")
+
+
+def test_rendering_is_deterministic(run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    assert render_html(*run) == render_html(*run)
+    assert render_markdown(*run) == render_markdown(*run)
+
+
+def test_summary_only_and_empty_runs_render() -> None:
+    summary, _ = make_run()
+    html = render_html(summary, [])
+    assert "demo-001" in parse(html).text("failed")  # from the summary tree alone
+    empty = {"family": "x", "preset": "smoke", "subject": "s", "judge": ["rules"], "score": None,
+             "verdict": "error", "gate": {"passed": False, "reasons": ["nothing was graded"]},
+             "items": {}, "nodes": []}
+    for out in (render_html(empty, []), render_markdown(empty, [])):
+        assert "nothing was graded" in out
+        assert "Nothing was graded" in out
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def _unescaped_pipes(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
+def _tables(md: str) -> list[list[str]]:
+    tables, current = [], []
+    for line in md.splitlines():
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    if current:
+        tables.append(current)
+    return tables
+
+
+def test_markdown_tables_have_consistent_columns(md: str) -> None:
+    tables = _tables(md)
+    assert len(tables) >= 6
+    for table in tables:
+        assert re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", table[1]), table[:2]
+        width = _unescaped_pipes(table[0])
+        for row in table:
+            assert _unescaped_pipes(row) == width, row
+
+
+def test_markdown_content(md: str) -> None:
+    assert md.startswith("## ❌ agenteval · demo-fam · standard — gate FAILED")
+    for text in ("Safety pillar", "Privacy pillar", "Article three", "`demo.art1`",
+                 "1 item(s) errored", "### Critical findings (1)", "### Failed scenarios (2)",
+                 "### Warned scenarios (1)", "### Errors (1)", "judge timeout after 30s",
+                 "Refuses the request", "✗ **missed**", "– not assessed", "### Lineage",
+                 "c" * 64, "1.2500"):
+        assert text in md, text
+    failed = md[md.index("### Failed scenarios"):md.index("### Warned scenarios")]
+    assert "demo-003" not in failed
+    errors = md[md.index("### Errors"):md.index("### Cost")]
+    assert "demo-003" in errors
+
+
+def test_markdown_escapes_hostile_strings(md: str) -> None:
+    outside_code = re.sub(r"(?ms)^(`{3,})text\n.*?^\1$", "", md)
+    assert "<script>" not in outside_code and "<img" not in outside_code
+    assert "&lt;script&gt;" in outside_code
+    assert "@octocat" not in outside_code and "@\u200boctocat" in outside_code
+    assert "\x00" not in md and "\x1b" not in md
+    assert re.search(r"(?m)^````text\n<script>", md)  # the answer holds ```: a longer fence
+    assert "tail-marker" not in md
+
+
+def test_markdown_stays_under_the_comment_budget() -> None:
+    summary, records = make_run()
+    template = records[-1]
+    many = []
+    for i in range(300):
+        rec = dict(template, scenario_id=f"bulk-{i:03d}", answer="x" * 4000)
+        many.append(rec)
+    md = render_markdown(summary, records + many)
+    assert len(md) <= MARKDOWN_BUDGET
+    assert "shortened to fit a GitHub comment" in md
+    assert "bulk-299" in md  # still listed, in brief
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_calibration_section() -> None:
+    summary, records = make_run()
+    cal = make_calibration()
+    html = render_html(summary, records, calibration=cal)
+    md = render_markdown(summary, records, calibration=cal)
+    doc = parse(html)
+    assert doc.errors == [] and doc.stack == []
+    text = doc.text("calibration")
+    for needle in ("Overall", "safety", "privacy-pillar", "80.0%", "0.710", "n/a", "0.120",
+                   "0.050", "0.910", "0.60", "human ↓ · judge →", "Precision"):
+        assert needle in text, needle
+    assert html.count("<svg") == 2  # pillar chart and reliability diagram
+    reliability = html[html.rindex("<svg"):html.rindex("</svg>")]
+    assert reliability.count('class="rel-bar"') == 5  # the empty bin is left out
+    assert 'class="diag"' in reliability
+    assert "### Judge calibration" in md and "Confusion matrix" in md
+    assert "| **pass** | **7** | 1 | 0 | 8 |" in md
+    for table in _tables(md):
+        width = _unescaped_pipes(table[0])
+        assert all(_unescaped_pipes(row) == width for row in table)
+
+
+def test_no_calibration_section_without_calibration(html: str, md: str) -> None:
+    assert 'id="calibration"' not in html and "Judge calibration" not in md
+
+
+# --------------------------------------------------------------------------- units
+
+
+@pytest.mark.parametrize(("raw", "clean"), [
+    ("a\x00b", "a\\x00b"),
+    ("\x1b[1;31mred\x1b[0m", "red"),
+    ("\x1b]0;title\x07text", "text"),
+    ("x\r\ny\rz", "x\ny\nz"),
+    ("tab\tok", "tab\tok"),
+    ("lone \ud800", "lone \\ud800"),
+    ("\ud83d\ude00", "😀"),
+    ("bell\x07 del\x7f c1\x85", "bell\\x07 del\\x7f c1\\x85"),
+    ("non\ufffe", "non\\ufffe"),
+    (None, ""),
+    (3, "3"),
+])
+def test_clean_text(raw: object, clean: str) -> None:
+    assert clean_text(raw) == clean
+
+
+def test_view_orders_failures_worst_first(run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    view = build_view(*run)
+    assert [sc["id"] for sc in view["failed"]] == ["demo-001", "demo-005"]
+    assert [sc["id"] for sc in view["critical"]] == ["demo-001"]
+    assert [sc["id"] for sc in view["errors"]] == ["demo-003"]
+    assert view["usage"]["cost"] == pytest.approx(1.25)
+    assert view["failed"][0]["missed"] == 2 and view["failed"][0]["na"] == 1
+
+
+# --------------------------------------------------------------------------- screenshot
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="needs Debian's chromium")
+def test_screenshot_renders_a_png(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "screenshot_report.py"
+    spec = importlib.util.spec_from_file_location("screenshot_report", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = tmp_path / "report.html"
+    page.write_text(render_html(*make_run(), calibration=make_calibration()), encoding="utf-8")
+    png = module.screenshot(page, tmp_path / "report.png", width=1280, height=1600,
+                            chromium=CHROMIUM)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
