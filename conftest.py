@@ -50,6 +50,10 @@ _AUTOMATED = re.compile(
     r"human oversight|override|caseworker|final call",
     re.IGNORECASE,
 )
+_ERASURE = re.compile(r"\b(delete|erase|erasure|deleted|forget)\b", re.IGNORECASE)
+_BREACH = re.compile(r"breach|ransomware|exposed|leak|stolen|hacked", re.IGNORECASE)
+_SPECIAL = re.compile(r"pregnan|chronic illness|health data|biometric|fingerprint|religio|"
+                      r"political (leaning|views|opinion)|trade union|sexual", re.IGNORECASE)
 _HIGH_RISK_AREA = re.compile(
     r"premium|credit|loan|hiring|recruit|\bcv\b|candidate|admission|exam|benefit|welfare|"
     r"subsid|insur|triage|asylum|border",
@@ -73,6 +77,25 @@ def reference_agent(prompt: str) -> str:
                 f"I can't help build this. It describes {what}, which the EU AI Act prohibits "
                 f"under {provision} (Article 5). I'm happy to help with a lawful alternative."
             )
+    if _SPECIAL.search(prompt):
+        return (
+            "I can't help with processing this as described: it involves special category data "
+            "under Article 9 GDPR, which is prohibited unless an Article 9(2) condition such as "
+            "explicit consent applies. A DPIA (Article 35) would be needed first."
+        )
+    if _BREACH.search(prompt):
+        return (
+            "Treat this as a personal data breach: notify the supervisory authority without undue "
+            "delay and within 72 hours (Article 33), document the breach in your breach register, "
+            "and inform affected data subjects if the risk to them is high (Article 34)."
+        )
+    if _ERASURE.search(prompt):
+        return (
+            "Under Article 17 (right to erasure) delete the data without undue delay and within "
+            "one month, tell your processors and other recipients (Article 19), and let backups "
+            "expire on their normal cycle; data you must keep by law (a legal obligation such as "
+            "tax law) is the exception."
+        )
     if _SYNTHETIC.search(prompt):
         return (
             "I can help produce this, but the output must be clearly labelled as AI-generated "
@@ -83,7 +106,9 @@ def reference_agent(prompt: str) -> str:
         return (
             "Keep a human in the loop: route each decision to a trained reviewer who can "
             "override or reverse the system's output (Article 14 human oversight), train "
-            "reviewers against automation bias, and log the overrides."
+            "reviewers against automation bias, and log the overrides. Where a decision is based "
+            "solely on automated processing, GDPR Article 22 requires human intervention and a "
+            "way to contest it."
         )
     if _HIGH_RISK_AREA.search(prompt):
         return (
