@@ -69,11 +69,23 @@ class Redactor:
         return _BEARER.sub(lambda m: m.group(1) + "[REDACTED:bearer]", value)
 
     def data(self, value: Any) -> Any:
-        """Redact every string (keys included) inside JSON-like *value*."""
+        """Redact every string (keys included) inside JSON-like *value*.
+
+        One pass over the JSON text rather than one per string: the
+        replacements contain no quote or backslash, so the text stays JSON.
+        """
+        try:
+            encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            return self._walk(value)
+        redacted = self.text(encoded)
+        return value if redacted == encoded else json.loads(redacted)
+
+    def _walk(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, Mapping):
-            return {self.text(str(k)): self.data(v) for k, v in value.items()}
+            return {self.text(str(k)): self._walk(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [self.data(v) for v in value]
+            return [self._walk(v) for v in value]
         return value

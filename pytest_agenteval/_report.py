@@ -482,10 +482,16 @@ def build_view(
     *,
     calibration: Mapping[str, Any] | None = None,
     answer_limit: int = ANSWER_LIMIT,
+    assume_clean: bool = False,
 ) -> dict[str, Any]:
-    """The data both reports show, cleaned, ordered and formatted-ready."""
-    s: Mapping[str, Any] = _map(_deep_clean(summary))
-    recs = [r for r in (_deep_clean(r) for r in records) if isinstance(r, Mapping)]
+    """The data both reports show, cleaned, ordered and formatted-ready.
+
+    ``assume_clean``: *summary* and *records* already went through
+    :func:`_deep_clean` (render_markdown builds several views of one input).
+    """
+    s: Mapping[str, Any] = _map(summary if assume_clean else _deep_clean(summary))
+    recs = [r for r in (records if assume_clean else (_deep_clean(r) for r in records))
+            if isinstance(r, Mapping)]
     roots = [n for n in _list(s.get("nodes")) if isinstance(n, Mapping)]
     root = roots[0] if roots else None
 
@@ -714,8 +720,11 @@ def render_markdown(
         (300, True, 40, 0), (300, False, 40, 0), (300, False, 15, 0), (300, False, 0, 0),
     ]
     text = ""
+    summary = _map(_deep_clean(summary))
+    records = [_deep_clean(r) for r in records]
     for i, (limit, answers, max_failed, max_warned) in enumerate(steps):
-        view = build_view(summary, records, calibration=calibration, answer_limit=limit)
+        view = build_view(summary, records, calibration=calibration, answer_limit=limit,
+                          assume_clean=True)
         text = template.render(v=view, show_answers=answers, max_failed=max_failed,
                                max_warned=max_warned, trimmed=i > 0)
         if len(text) <= MARKDOWN_BUDGET:

@@ -146,6 +146,23 @@ class CalibrationOutcome:
     head: str = ""
 
 
+_READ_META = ("file", "line", "pillar", "control_id", "judge", "family", "pattern")
+_READ_RESULT = ("key", "name", "score", "verdict", "severity", "reasoning", "error", "criteria", "kind")
+_READ_RECORD = ("nodeid", "scenario_id", "prompt", "answer", "condition", "sample", "usage",
+                "cost", "file", "line", "article", "family", "preset", "subject")
+
+
+def _for_reading(record: dict[str, Any]) -> dict[str, Any]:
+    """The fields the human reports show (the evidence keeps everything)."""
+    result = record.get("result") if isinstance(record.get("result"), dict) else {}
+    meta = result.get("meta") or {}
+    return {
+        **{k: record[k] for k in _READ_RECORD if k in record},
+        "result": {**{k: result[k] for k in _READ_RESULT if k in result},
+                   "meta": {k: meta[k] for k in _READ_META if k in meta}},
+    }
+
+
 def _settings_dict(settings: Any) -> dict[str, Any] | None:
     if settings is None:
         return None
@@ -562,7 +579,7 @@ class AgentevalState:
         from ._report import render_html, render_markdown
 
         clean_summary = self.redactor.data(summary)
-        clean_records = self.redactor.data(records)
+        clean_records = self.redactor.data([_for_reading(r) for r in records])
         md = render_markdown(clean_summary, clean_records, calibration=calibration)
         html = render_html(clean_summary, clean_records, calibration=calibration)
         recorder.write_bytes("report.md", self.redactor.text(md).encode("utf-8", "backslashreplace"))

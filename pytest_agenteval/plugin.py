@@ -220,6 +220,21 @@ class _Reporter:
     def __init__(self, state: Any) -> None:
         self.state = state
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Build judges and subjects once collection found benchmark items.
+
+        A missing key or an unknown judge kind is then a usage error before any
+        item runs, and SDK imports happen at start-up, not during the first item.
+        """
+        from ._collect import ScenarioItem
+        from ._golden_items import CalibrationItem
+
+        kinds = {type(item) for item in session.items}
+        if kinds & {ScenarioItem, CalibrationItem}:
+            self.state.judges()
+        if ScenarioItem in kinds and self.state.subject_spec:
+            self.state.subject_for(next(i for i in session.items if isinstance(i, ScenarioItem)))
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.state.record(report)
 
