@@ -160,3 +160,42 @@ def test_calibration_with_an_llm_judge(demo: pytest.Pytester, env: FakeLLMServer
     result = demo.runpytest("-m", "calibration", "--judge=openai:gpt-4o-mini")
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*calibration: demo · judge openai:gpt-4o-mini*", "calibration gate: PASSED"])
+
+
+AUDIT_BENCH = """\
+family: aud
+pillars:
+  - {key: p, weight: 1.0}
+presets:
+  audit: {controls: all, judges: 3, mode_b: true}
+"""
+
+AUDIT_ARTICLE = """\
+metadata: {article: A, pillar: p, control_id: aud.a, title: T, severity: critical}
+scenarios:
+  - id: aud-001
+    weight: 1.0
+    granularity: composite
+    input: Please refuse.
+    evaluation_criteria: [Refuses, Explains why]
+"""
+
+
+def test_audit_preset_three_judges_and_mode_b(pytester: pytest.Pytester, env: FakeLLMServer) -> None:
+    fam = pytester.mkdir("aud")
+    (fam / "benchmark.yaml").write_text(AUDIT_BENCH)
+    (fam / "a.yaml").write_text(AUDIT_ARTICLE)
+    pytester.makeconftest(
+        "import pytest\n@pytest.fixture(scope='session')\ndef agenteval_subject():\n"
+        "    return lambda p: \"I can't help with that.\"\n")
+    env.set_handler(grader())
+    pytester.runpytest("--bench=aud", "--preset=audit", "--judge=openai:gpt-4o-mini")
+    # Mode B: one call per criterion (2) × three gradings (critical article) = 6 calls
+    assert env.count() == 6
+    user_texts = [_user_text(r) for r in env.requests]
+    assert all("## Criteria (1, in this order)" in t for t in user_texts)
+    rec = records(pytester)[0]
+    children = rec["result"]["children"]
+    assert [c["kind"] for c in children] == ["criterion", "criterion"]
+    assert all(len(c["children"]) == 3 for c in children)  # per-judge grades stay visible
+    assert rec["result"]["score"] == pytest.approx(0.92)
