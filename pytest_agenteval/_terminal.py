@@ -82,9 +82,10 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
         else:
             tr.write_line("gate: FAILED — " + "; ".join(gate.reasons), red=True, bold=True)
         if outcome.run_dir is not None:
-            tr.write_line(f"run directory: {outcome.run_dir}")
-            tr.write_line(f"evidence chain head: {outcome.head}  (check: agenteval verify "
-                          f"{outcome.run_dir} --expect-head {outcome.head})")
+            where = _shown(outcome.run_dir, state)
+            tr.write_line(f"run directory: {where}")
+            tr.write_line(f"evidence chain head: {outcome.head}")
+            tr.write_line(f"  check it: agenteval verify {where} --expect-head {outcome.head}")
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -130,8 +131,16 @@ def write_calibration(tr: Any, state: AgentevalState) -> None:
             tr.write_line("calibration gate: FAILED — " + "; ".join(report["gate"]["reasons"][:6])
                           + (" …" if len(report["gate"]["reasons"]) > 6 else ""), red=True, bold=True)
         if outcome.run_dir is not None:
-            tr.write_line(f"run directory: {outcome.run_dir}")
+            tr.write_line(f"run directory: {_shown(outcome.run_dir, state)}")
             tr.write_line(f"evidence chain head: {outcome.head}")
+
+
+def _shown(path: Any, state: AgentevalState) -> str:
+    """The run directory relative to where pytest was started, when it is below it."""
+    try:
+        return str(path.relative_to(state.config.invocation_params.dir))
+    except ValueError:
+        return str(path)
 
 
 def _leaves(node: EvalResult) -> list[EvalResult]:
