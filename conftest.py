@@ -23,22 +23,47 @@ import pytest
 
 # (pattern, provision, what the prohibition is about)
 _RED_FLAGS: list[tuple[str, str, str]] = [
-    (r"social scor|citizen scor|civic .*score|trustworthiness score|behaviou?r score",
-     "Article 5(1)(c)", "social scoring that leads to detrimental treatment"),
-    (r"predict\w* (which|who|whether) .*(commit|offend|crime)|crime risk|likely to (re)?offend",
-     "Article 5(1)(d)", "predicting criminal offences from profiling alone"),
-    (r"subliminal|dark pattern|without (them|users|the user) (noticing|realising|realizing)|"
-     r"manipulat", "Article 5(1)(a)", "manipulative or deceptive techniques"),
-    (r"(elderly|children|minors|disabilit|debt|vulnerab).*(pressure|exploit|target)",
-     "Article 5(1)(b)", "exploiting vulnerabilities"),
-    (r"scrap\w* .*(face|facial)|facial images? from", "Article 5(1)(e)",
-     "untargeted scraping of facial images"),
-    (r"emotion\w* (recognition|detection|analysis)|detect\w* (the )?(mood|emotion)",
-     "Article 5(1)(f)", "emotion recognition at work or in education"),
-    (r"(infer|deduce|predict)\w* .*(sexual orientation|religio|political|ethnic|race|trade.union)",
-     "Article 5(1)(g)", "biometric categorisation by sensitive traits"),
-    (r"real.time (facial|face|biometric)|live facial recognition", "Article 5(1)(h)",
-     "real-time remote biometric identification in public spaces"),
+    (
+        r"social scor|citizen scor|civic .*score|trustworthiness score|behaviou?r score",
+        "Article 5(1)(c)",
+        "social scoring that leads to detrimental treatment",
+    ),
+    (
+        r"predict\w* (which|who|whether) .*(commit|offend|crime)|crime risk|likely to (re)?offend",
+        "Article 5(1)(d)",
+        "predicting criminal offences from profiling alone",
+    ),
+    (
+        r"subliminal|dark pattern|without (them|users|the user) (noticing|realising|realizing)|"
+        r"manipulat",
+        "Article 5(1)(a)",
+        "manipulative or deceptive techniques",
+    ),
+    (
+        r"(elderly|children|minors|disabilit|debt|vulnerab).*(pressure|exploit|target)",
+        "Article 5(1)(b)",
+        "exploiting vulnerabilities",
+    ),
+    (
+        r"scrap\w* .*(face|facial)|facial images? from",
+        "Article 5(1)(e)",
+        "untargeted scraping of facial images",
+    ),
+    (
+        r"emotion\w* (recognition|detection|analysis)|detect\w* (the )?(mood|emotion)",
+        "Article 5(1)(f)",
+        "emotion recognition at work or in education",
+    ),
+    (
+        r"(infer|deduce|predict)\w* .*(sexual orientation|religio|political|ethnic|race|trade.union)",
+        "Article 5(1)(g)",
+        "biometric categorisation by sensitive traits",
+    ),
+    (
+        r"real.time (facial|face|biometric)|live facial recognition",
+        "Article 5(1)(h)",
+        "real-time remote biometric identification in public spaces",
+    ),
 ]
 
 _AI_QUESTION = re.compile(
@@ -52,15 +77,19 @@ _AUTOMATED = re.compile(
 )
 _ERASURE = re.compile(r"\b(delete|erase|erasure|deleted|forget)\b", re.IGNORECASE)
 _BREACH = re.compile(r"breach|ransomware|exposed|leak|stolen|hacked", re.IGNORECASE)
-_SPECIAL = re.compile(r"pregnan|chronic illness|health data|biometric|fingerprint|religio|"
-                      r"political (leaning|views|opinion)|trade union|sexual", re.IGNORECASE)
+_SPECIAL = re.compile(
+    r"pregnan|chronic illness|health data|biometric|fingerprint|religio|"
+    r"political (leaning|views|opinion)|trade union|sexual",
+    re.IGNORECASE,
+)
 _HIGH_RISK_AREA = re.compile(
     r"premium|credit|loan|hiring|recruit|\bcv\b|candidate|admission|exam|benefit|welfare|"
     r"subsid|insur|triage|asylum|border",
     re.IGNORECASE,
 )
-_SYNTHETIC = re.compile(r"deepfake|synthetic (video|voice|image)|fake (video|audio)|voice clone",
-                        re.IGNORECASE)
+_SYNTHETIC = re.compile(
+    r"deepfake|synthetic (video|voice|image)|fake (video|audio)|voice clone", re.IGNORECASE
+)
 
 
 def reference_agent(prompt: str) -> str:

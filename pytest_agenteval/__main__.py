@@ -52,7 +52,9 @@ def golden_stats(paths: list[str]) -> int:
     stats = [pillar_stats(name, entries) for name, entries in sorted(groups.items())]
     print(format_stats(stats))
     warned = sum(len(s.warnings) for s in stats)
-    print(f"{len(stats)} pillar file(s), {sum(s.entries for s in stats)} entries, {warned} warning(s)")
+    print(
+        f"{len(stats)} pillar file(s), {sum(s.entries for s in stats)} entries, {warned} warning(s)"
+    )
     return 0
 
 

@@ -43,9 +43,13 @@ def _metrics(rows: Sequence[Mapping[str, Any]], split_label: str, seed: int) -> 
     failures = [r for r in rows if r["actual"] is None]
     if graded:
         out = summarize(
-            [r["expected"] for r in graded], [r["actual"] for r in graded],
-            [r["score"] for r in graded], [r["min"] for r in graded], [r["max"] for r in graded],
-            labels=LABELS, seed=seed,
+            [r["expected"] for r in graded],
+            [r["actual"] for r in graded],
+            [r["score"] for r in graded],
+            [r["min"] for r in graded],
+            [r["max"] for r in graded],
+            labels=LABELS,
+            seed=seed,
         )
     else:
         out = {"n": 0, "accuracy": None, "kappa": None}
@@ -73,8 +77,11 @@ def _gate(metrics: Mapping[str, Any], th: Thresholds) -> dict[str, Any]:
     if metrics.get("evaluation_failures", 0) > th.max_evaluation_failures:
         reasons.append(f"{metrics['evaluation_failures']} evaluation failure(s) (judge errors)")
     return {
-        "threshold": {"kappa": th.kappa, "accuracy": th.accuracy,
-                      "max_evaluation_failures": th.max_evaluation_failures},
+        "threshold": {
+            "kappa": th.kappa,
+            "accuracy": th.accuracy,
+            "max_evaluation_failures": th.max_evaluation_failures,
+        },
         "passed": not reasons,
         "reasons": reasons,
     }
@@ -135,7 +142,8 @@ def calibration_report(
         metrics["gate"] = _gate(metrics, th)
         if other_rows:
             metrics["calibration_split"] = _metrics(
-                [r for r in other_rows if r["pillar"] == pillar], "calibration", seed)
+                [r for r in other_rows if r["pillar"] == pillar], "calibration", seed
+            )
         pillars[pillar] = metrics
         reasons += [f"{pillar}: {r}" for r in metrics["gate"]["reasons"]]
     overall = _metrics(gate_rows, split_label, seed)

@@ -147,8 +147,7 @@ def parse_check(raw: Any) -> Check:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise CheckSyntaxError(
-            f"check {kind!r}: {err['msg']}" + (f" at {where}" if where else "")
-            + f" (got {arg!r})",
+            f"check {kind!r}: {err['msg']}" + (f" at {where}" if where else "") + f" (got {arg!r})",
             (kind, *err["loc"]),
         ) from None
     if kind in {"regex", "not_regex"}:
@@ -179,7 +178,9 @@ def _compile(kind: str, pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise CheckSyntaxError(f"check {kind!r}: invalid regular expression: {exc}", (kind,))
+        raise CheckSyntaxError(
+            f"check {kind!r}: invalid regular expression: {exc}", (kind,)
+        ) from None
 
 
 # --------------------------------------------------------------------------- text helpers

@@ -52,9 +52,14 @@ class FamilyDir(pytest.Directory):
         wanted = set(plan.controls)
         for path, error in family.article_errors.items():
             yield ArticleCollector.from_parent(
-                self, name=path.relative_to(self.path).as_posix(), path=path,
+                self,
+                name=path.relative_to(self.path).as_posix(),
+                path=path,
                 nodeid=f"{self.nodeid}/{path.relative_to(self.path).as_posix()}",
-                family=family, plan=plan, article=None, error=error,
+                family=family,
+                plan=plan,
+                article=None,
+                error=error,
             )
         pillar_order = {p.key: i for i, p in enumerate(family.spec.pillars)}
         for article in sorted(family.articles, key=lambda a: pillar_order.get(a.meta.pillar, 0)):
@@ -63,8 +68,14 @@ class FamilyDir(pytest.Directory):
                 continue
             rel = article.path.relative_to(self.path).as_posix()
             yield ArticleCollector.from_parent(
-                self, name=rel, path=article.path, nodeid=f"{self.nodeid}/{rel}",
-                family=family, plan=plan, article=article, error=None,
+                self,
+                name=rel,
+                path=article.path,
+                nodeid=f"{self.nodeid}/{rel}",
+                family=family,
+                plan=plan,
+                article=article,
+                error=None,
             )
 
 
@@ -97,8 +108,12 @@ class ArticleCollector(pytest.Collector):
         assert self.article is not None
         for scenario in self.article.scenarios:
             item = ScenarioItem.from_parent(
-                self, name=scenario.id, family=self.family, plan=self.plan,
-                article=self.article, scenario=scenario,
+                self,
+                name=scenario.id,
+                family=self.family,
+                plan=self.plan,
+                article=self.article,
+                scenario=scenario,
             )
             yield item
 
@@ -140,8 +155,12 @@ class ScenarioItem(pytest.Item):
         self.criteria = criteria_from(scenario.evaluation_criteria)
         self.run: Any = None
         self.payload: dict[str, Any] | None = None
-        for marker in ("agenteval", family.name, article.meta.pillar,
-                       scenario.severity or article.meta.severity):
+        for marker in (
+            "agenteval",
+            family.name,
+            article.meta.pillar,
+            scenario.severity or article.meta.severity,
+        ):
             self.add_marker(marker)
         self._init_fixtures()
 
@@ -169,7 +188,7 @@ class ScenarioItem(pytest.Item):
         if result.verdict == "fail":
             raise ScenarioFailed(result)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):
             from ._terminal import failure_text
 

@@ -56,8 +56,11 @@ class Cost:
     completion_tokens: int
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {"usd": self.usd, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens}
+        return {
+            "usd": self.usd,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
 
 
 def _rate(rates: Mapping[str, tuple[float, float]], model: str) -> tuple[float, float] | None:
@@ -68,8 +71,9 @@ def _rate(rates: Mapping[str, tuple[float, float]], model: str) -> tuple[float, 
     return rates[best] if best else None
 
 
-def cost_of(model: str | None, usage: Mapping[str, int] | None,
-            rates: Mapping[str, tuple[float, float]]) -> Cost:
+def cost_of(
+    model: str | None, usage: Mapping[str, int] | None, rates: Mapping[str, tuple[float, float]]
+) -> Cost:
     usage = usage or {}
     p = int(usage.get("prompt_tokens", 0) or 0)
     c = int(usage.get("completion_tokens", 0) or 0)

@@ -262,7 +262,7 @@ def cap_by_worst(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
     score, _ = weighted_sum(results)
     failed = [r.severity for r in results if r.verdict == "fail"]
     worst = worst_severity(*failed)
-    if worst in CAPS:
+    if worst is not None and worst in CAPS:
         score = min(score, CAPS[worst])
     return score, None
 
@@ -304,7 +304,8 @@ def aggregate(name: str, results: Sequence[EvalResult]) -> tuple[float, Verdict 
     try:
         fn = AGGREGATIONS[name]
     except KeyError:
-        raise ValueError(f"unknown aggregation {name!r} (known: {', '.join(AGGREGATIONS)})")
+        known = ", ".join(AGGREGATIONS)
+        raise ValueError(f"unknown aggregation {name!r} (known: {known})") from None
     return fn(results)
 
 
@@ -355,13 +356,13 @@ class CompositeEval:
         self.components = tuple(components)
         self.aggregation = aggregation
         bands = bands or Bands()
-        self.bands = Bands(threshold, min(bands.warn, threshold)) if threshold is not None else bands
+        self.bands = (
+            Bands(threshold, min(bands.warn, threshold)) if threshold is not None else bands
+        )
         self.severity = severity
         self.kind = kind
         self.meta = dict(meta or {})
-        self.depth = 1 + max(
-            (getattr(c.eval, "depth", 0) for c in self.components), default=0
-        )
+        self.depth = 1 + max((getattr(c.eval, "depth", 0) for c in self.components), default=0)
         if self.depth > MAX_NESTING_DEPTH:
             raise NestingError(
                 f"composite {key!r} nests {self.depth} levels deep; the limit is "
@@ -408,8 +409,12 @@ def combine_results(
     """The composite rule, on children that already carry their weights."""
     graded = [c for c in children if c.graded]
     common = dict(
-        key=key, name=name, kind=kind, aggregation=aggregation,
-        children=tuple(children), meta=dict(meta or {}),
+        key=key,
+        name=name,
+        kind=kind,
+        aggregation=aggregation,
+        children=tuple(children),
+        meta=dict(meta or {}),
     )
     if not graded:
         errored = any(c.verdict == "error" for c in children)
@@ -431,8 +436,11 @@ def combine_results(
             *(c.severity for c in graded if c.verdict == "fail"),
         )
     return EvalResult(
-        score=score, verdict=verdict, severity=node_severity,
-        reasoning="; ".join(reasons), **common,  # type: ignore[arg-type]
+        score=score,
+        verdict=verdict,
+        severity=node_severity,
+        reasoning="; ".join(reasons),
+        **common,  # type: ignore[arg-type]
     )
 
 
@@ -483,8 +491,12 @@ class AtomicJudgeEval:
             context={**self.rubric_context, **dict(input.meta)},
         )
         return await grade_to_result(
-            self.judge, request, key=self.key, name=self.name,
-            bands=self.bands, severity=self.severity,
+            self.judge,
+            request,
+            key=self.key,
+            name=self.name,
+            bands=self.bands,
+            severity=self.severity,
         )
 
 
@@ -517,15 +529,25 @@ class AtomicCodeEval:
             value = self.fn(input)
         except Exception as exc:  # a broken check is an error, not a fail
             return EvalResult(
-                self.key, self.name, None, "error", kind="code",
+                self.key,
+                self.name,
+                None,
+                "error",
+                kind="code",
                 error=f"{type(exc).__name__}: {exc}",
             )
         score = float(value)
-        if isinstance(value, bool) is False and not (0.0 <= score <= 1.0) or math.isnan(score):
+        if (isinstance(value, bool) is False and not (0.0 <= score <= 1.0)) or math.isnan(score):
             return EvalResult(
-                self.key, self.name, None, "error", kind="code",
+                self.key,
+                self.name,
+                None,
+                "error",
+                kind="code",
                 error=f"code eval returned {value!r}; expected a bool or a score in [0, 1]",
             )
         verdict = band_verdict(score, self.bands)
-        severity = worst_severity(self.severity, score_severity(score)) if verdict == "fail" else None
+        severity = (
+            worst_severity(self.severity, score_severity(score)) if verdict == "fail" else None
+        )
         return EvalResult(self.key, self.name, score, verdict, kind="code", severity=severity)

@@ -137,8 +137,11 @@ def is_family_dir(path: Path) -> bool:
 def article_paths(root: Path) -> list[Path]:
     """Article files under a family folder: every YAML file but benchmark.yaml."""
     found = [
-        p for p in root.rglob("*")
-        if p.suffix in {".yaml", ".yml"} and p.is_file() and p.name != BENCHMARK_FILE
+        p
+        for p in root.rglob("*")
+        if p.suffix in {".yaml", ".yml"}
+        and p.is_file()
+        and p.name != BENCHMARK_FILE
         and not any(part.startswith(".") for part in p.relative_to(root).parts)
     ]
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
@@ -151,17 +154,18 @@ def load_article(path: Path, default_bands: Bands) -> Article:
     lines: dict[str, int] = {}
     seen: dict[str, int] = {}
     for i, sc in enumerate(parsed.scenarios):
-        line = (
-            scen_data.item_lines[i] if isinstance(scen_data, LineList) else (data.line or 1)
-        )
+        line = scen_data.item_lines[i] if isinstance(scen_data, LineList) else (data.line or 1)
         if sc.id in seen:
-            raise SpecError(path, line, f"duplicate scenario id {sc.id!r} (first on line {seen[sc.id]})")
+            raise SpecError(
+                path, line, f"duplicate scenario id {sc.id!r} (first on line {seen[sc.id]})"
+            )
         seen[sc.id] = line
         lines[sc.id] = line
     total = math.fsum(float(s.weight) for s in parsed.scenarios)
     if abs(total - 1.0) > WEIGHT_TOLERANCE:
         raise SpecError(
-            path, scen_data.line if isinstance(scen_data, LineList) else None,
+            path,
+            scen_data.line if isinstance(scen_data, LineList) else None,
             f"scenario weights sum to {total:.4f}; they must sum to 1 (±{WEIGHT_TOLERANCE})",
         )
     meta = parsed.metadata
@@ -192,8 +196,13 @@ def load_family(root: Path) -> Family:
         except SpecError as exc:
             errors[path] = exc
     family = Family(
-        name=spec.family, root=root, spec=spec, articles=tuple(articles),
-        judge_prompt=prompt_text, judge_prompt_path=prompt_path, article_errors=errors,
+        name=spec.family,
+        root=root,
+        spec=spec,
+        articles=tuple(articles),
+        judge_prompt=prompt_text,
+        judge_prompt_path=prompt_path,
+        article_errors=errors,
     )
     if not errors:
         _cross_check(family, data, bench_path)
@@ -206,13 +215,25 @@ def load_single_article(path: Path) -> Family:
     pillar = PillarSpec(key=article.meta.pillar, title=article.meta.pillar, weight=1.0)
     name = path.stem
     spec = BenchmarkSpec.model_construct(
-        family=name, title=article.meta.title, version="1", description="",
-        judge_prompt=None, bands=BenchmarkSpec.model_fields["bands"].get_default(call_default_factory=True),
-        aggregation="weighted_sum", gate=GateSpec(), pillars=[pillar], presets={},
+        family=name,
+        title=article.meta.title,
+        version="1",
+        description="",
+        judge_prompt=None,
+        bands=BenchmarkSpec.model_fields["bands"].get_default(call_default_factory=True),
+        aggregation="weighted_sum",
+        gate=GateSpec(),
+        pillars=[pillar],
+        presets={},
     )
     return Family(
-        name=name, root=path.parent, spec=spec, articles=(article,), judge_prompt=None,
-        judge_prompt_path=None, single_file=True,
+        name=name,
+        root=path.parent,
+        spec=spec,
+        articles=(article,),
+        judge_prompt=None,
+        judge_prompt_path=None,
+        single_file=True,
     )
 
 
@@ -224,12 +245,15 @@ def _check_pillars(spec: BenchmarkSpec, data: Any, path: Path) -> None:
     seen: set[str] = set()
     for i, pillar in enumerate(spec.pillars):
         if pillar.key in seen:
-            raise SpecError(path, _key_line(data, "pillars", i), f"duplicate pillar key {pillar.key!r}")
+            raise SpecError(
+                path, _key_line(data, "pillars", i), f"duplicate pillar key {pillar.key!r}"
+            )
         seen.add(pillar.key)
     total = math.fsum(float(p.weight) for p in spec.pillars)
     if abs(total - 1.0) > WEIGHT_TOLERANCE:
         raise SpecError(
-            path, _key_line(data, "pillars"),
+            path,
+            _key_line(data, "pillars"),
             f"pillar weights sum to {total:.4f}; they must sum to 1 (±{WEIGHT_TOLERANCE})",
         )
 
@@ -241,12 +265,16 @@ def _judge_prompt(
         return None, None
     prompt_path = (root / spec.judge_prompt).resolve()
     if not prompt_path.is_relative_to(root.resolve()):
-        raise SpecError(path, _key_line(data, "judge_prompt"), "judge_prompt must stay inside the family folder")
+        raise SpecError(
+            path, _key_line(data, "judge_prompt"), "judge_prompt must stay inside the family folder"
+        )
     try:
         return prompt_path.read_text(encoding="utf-8"), prompt_path
     except OSError:
         raise SpecError(
-            path, _key_line(data, "judge_prompt"), f"judge prompt file {spec.judge_prompt!r} not found"
+            path,
+            _key_line(data, "judge_prompt"),
+            f"judge prompt file {spec.judge_prompt!r} not found",
         ) from None
 
 
@@ -259,34 +287,41 @@ def _cross_check(family: Family, data: Any, bench_path: Path) -> None:
     for art in family.articles:
         if art.control_id in controls:
             raise SpecError(
-                art.path, 1,
+                art.path,
+                1,
                 f"duplicate control_id {art.control_id!r} (also in {controls[art.control_id].name})",
             )
         controls[art.control_id] = art.path
         if art.meta.pillar not in pillars:
             raise SpecError(
-                art.path, 1,
+                art.path,
+                1,
                 f"control {art.control_id!r} names pillar {art.meta.pillar!r}, which no pillar in "
                 f"{bench_path.name} owns (pillars: {', '.join(sorted(pillars))})",
             )
         if art.meta.pack is not None and art.meta.pack not in packs:
             raise SpecError(
-                art.path, 1,
+                art.path,
+                1,
                 f"article belongs to pack {art.meta.pack!r}, but {bench_path.name} has no preset "
                 f"{art.meta.pack!r} with 'pack: true'",
             )
         for sid in art.lines:
             if sid in scenario_ids:
                 raise SpecError(
-                    art.path, art.lines[sid],
+                    art.path,
+                    art.lines[sid],
                     f"duplicate scenario id {sid!r} (also in {scenario_ids[sid].name})",
                 )
             scenario_ids[sid] = art.path
     for pillar in spec.pillars:
-        members = [a for a in family.articles if a.meta.pillar == pillar.key and a.meta.pack is None]
+        members = [
+            a for a in family.articles if a.meta.pillar == pillar.key and a.meta.pack is None
+        ]
         if not members:
             raise SpecError(
-                bench_path, _pillar_line(data, spec, pillar.key),
+                bench_path,
+                _pillar_line(data, spec, pillar.key),
                 f"pillar {pillar.key!r} has no articles",
             )
         given = [a.meta.pillar_weight for a in members]
@@ -295,14 +330,16 @@ def _cross_check(family: Family, data: Any, bench_path: Path) -> None:
             if abs(total - 1.0) > WEIGHT_TOLERANCE:
                 names = ", ".join(f"{a.path.name}={a.meta.pillar_weight}" for a in members)
                 raise SpecError(
-                    bench_path, _pillar_line(data, spec, pillar.key),
+                    bench_path,
+                    _pillar_line(data, spec, pillar.key),
                     f"pillar {pillar.key!r}: article pillar_weight values sum to {total:.4f}; "
                     f"they must sum to 1 (±{WEIGHT_TOLERANCE}) ({names})",
                 )
         elif any(w is not None for w in given):
             missing = [a.path.name for a in members if a.meta.pillar_weight is None]
             raise SpecError(
-                bench_path, _pillar_line(data, spec, pillar.key),
+                bench_path,
+                _pillar_line(data, spec, pillar.key),
                 f"pillar {pillar.key!r}: set pillar_weight on all its articles or on none "
                 f"(missing in {', '.join(missing)})",
             )
@@ -332,20 +369,29 @@ def _check_preset(
     if preset.controls != "all":
         for i, cid in enumerate(preset.controls):
             if cid not in controls:
-                raise SpecError(path, where("controls", i), f"preset {name!r}: unknown control {cid!r}")
+                raise SpecError(
+                    path, where("controls", i), f"preset {name!r}: unknown control {cid!r}"
+                )
     if preset.extends is not None and preset.extends not in spec.presets:
-        raise SpecError(path, where("extends"), f"preset {name!r} extends unknown preset {preset.extends!r}")
+        raise SpecError(
+            path, where("extends"), f"preset {name!r} extends unknown preset {preset.extends!r}"
+        )
     for key in preset.weights:
         if key not in pillars:
-            raise SpecError(path, where("weights"), f"preset {name!r}: unknown pillar {key!r} in weights")
+            raise SpecError(
+                path, where("weights"), f"preset {name!r}: unknown pillar {key!r} in weights"
+            )
     overrides = preset.aggregation
     for group, known, label in (
-        (overrides.pillars, pillars, "pillar"), (overrides.articles, set(controls), "control"),
+        (overrides.pillars, pillars, "pillar"),
+        (overrides.articles, set(controls), "control"),
     ):
         if isinstance(group, dict):
             for key in group:
                 if key not in known:
-                    raise SpecError(path, where("aggregation"), f"preset {name!r}: unknown {label} {key!r}")
+                    raise SpecError(
+                        path, where("aggregation"), f"preset {name!r}: unknown {label} {key!r}"
+                    )
 
 
 # --------------------------------------------------------------------------- presets
@@ -395,8 +441,15 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
     elif parts[0] not in spec.presets:
         if explicit or len(parts) > 1:
             known = ", ".join(spec.presets) or "none"
-            raise PresetError(f"family {family.name!r} has no preset {parts[0]!r} (presets: {known})")
-        base, packs, name, note = PresetSpec(), [], "all", f"family defines no {DEFAULT_PRESET!r} preset"
+            raise PresetError(
+                f"family {family.name!r} has no preset {parts[0]!r} (presets: {known})"
+            )
+        base, packs, name, note = (
+            PresetSpec(),
+            [],
+            "all",
+            f"family defines no {DEFAULT_PRESET!r} preset",
+        )
     else:
         base = _flatten(spec.presets, parts[0])
         packs = []
@@ -406,14 +459,19 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
                 raise PresetError(f"family {family.name!r} has no pack {pack!r} (packs: {known})")
             packs.append(spec.presets[pack])
         if base.pack:
-            raise PresetError(f"{parts[0]!r} is a pack; compose it with a base preset, e.g. standard+{parts[0]}")
+            raise PresetError(
+                f"{parts[0]!r} is a pack; compose it with a base preset, e.g. standard+{parts[0]}"
+            )
 
     pack_names = set(parts[1:])
     wanted: list[str] = []
     for p in (base, *packs):
         if p.controls == "all":
-            wanted += [a.control_id for a in family.articles
-                       if a.meta.pack is None or a.meta.pack in pack_names]
+            wanted += [
+                a.control_id
+                for a in family.articles
+                if a.meta.pack is None or a.meta.pack in pack_names
+            ]
         else:
             wanted += list(p.controls)
     wanted += [a.control_id for a in family.articles if a.meta.pack in pack_names]
@@ -429,8 +487,8 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
     pillar_weights = {k: w / total for k, w in raw.items() if k in present}
 
     root_agg = spec.aggregation
-    pillar_agg = {p.key: p.aggregation for p in spec.pillars}
-    article_agg = {a.control_id: a.meta.aggregation for a in family.articles}
+    pillar_agg: dict[str, str] = {p.key: p.aggregation for p in spec.pillars}
+    article_agg: dict[str, str] = {a.control_id: a.meta.aggregation for a in family.articles}
     for p in (base, *packs):
         o = p.aggregation
         root_agg = o.root or root_agg
@@ -441,10 +499,19 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
         bands = _spec_bands(p.bands, bands)
     gate = base.gate or spec.gate
     return Plan(
-        family=family, preset=name, controls=controls, pillar_weights=pillar_weights,
-        root_aggregation=root_agg, pillar_aggregation=pillar_agg, article_aggregation=article_agg,
-        root_bands=bands, gate=gate, judges=base.judges, samples=base.samples,
-        mode_b=base.mode_b, note=note,
+        family=family,
+        preset=name,
+        controls=controls,
+        pillar_weights=pillar_weights,
+        root_aggregation=root_agg,
+        pillar_aggregation=pillar_agg,
+        article_aggregation=article_agg,
+        root_bands=bands,
+        gate=gate,
+        judges=base.judges,
+        samples=base.samples,
+        mode_b=base.mode_b,
+        note=note,
     )
 
 
@@ -492,26 +559,52 @@ def build_tree(plan: Plan, leaves: Mapping[str, EvalResult]) -> EvalResult | Non
             scen = _normalised(leaves[s.id] for s in art.scenarios if s.id in leaves)
             if not scen:
                 continue
-            article_nodes.append(_with_weight(combine_results(
-                art.control_id, art.meta.title, scen,
-                aggregation=plan.article_aggregation[art.control_id], bands=art.bands,
-                severity=art.meta.severity, kind="article",
-                meta={"article": art.meta.article, "path": art.path.name,
-                      "scenarios": len(art.scenarios)},
-            ), art.meta.pillar_weight, art.meta.required))
+            article_nodes.append(
+                _with_weight(
+                    combine_results(
+                        art.control_id,
+                        art.meta.title,
+                        scen,
+                        aggregation=plan.article_aggregation[art.control_id],
+                        bands=art.bands,
+                        severity=art.meta.severity,
+                        kind="article",
+                        meta={
+                            "article": art.meta.article,
+                            "path": art.path.name,
+                            "scenarios": len(art.scenarios),
+                        },
+                    ),
+                    art.meta.pillar_weight,
+                    art.meta.required,
+                )
+            )
         if not article_nodes:
             continue
         article_nodes = _normalised(article_nodes)
-        pillar_nodes.append(_with_weight(combine_results(
-            pillar.key, pillar.title or pillar.key, article_nodes,
-            aggregation=plan.pillar_aggregation[pillar.key],
-            bands=_spec_bands(pillar.bands, family.bands), kind="pillar",
-        ), plan.pillar_weights.get(pillar.key, float(pillar.weight)), pillar.required))
+        pillar_nodes.append(
+            _with_weight(
+                combine_results(
+                    pillar.key,
+                    pillar.title or pillar.key,
+                    article_nodes,
+                    aggregation=plan.pillar_aggregation[pillar.key],
+                    bands=_spec_bands(pillar.bands, family.bands),
+                    kind="pillar",
+                ),
+                plan.pillar_weights.get(pillar.key, float(pillar.weight)),
+                pillar.required,
+            )
+        )
     if not pillar_nodes:
         return None
     return combine_results(
-        family.name, family.spec.title or family.name, _normalised(pillar_nodes),
-        aggregation=plan.root_aggregation, bands=plan.root_bands, kind="benchmark",
+        family.name,
+        family.spec.title or family.name,
+        _normalised(pillar_nodes),
+        aggregation=plan.root_aggregation,
+        bands=plan.root_bands,
+        kind="benchmark",
         meta={"preset": plan.preset},
     )
 
@@ -528,4 +621,3 @@ def _normalised(results: Iterable[EvalResult]) -> list[EvalResult]:
     items = list(results)
     total = math.fsum(r.weight for r in items) or 1.0
     return [replace(r, weight=r.weight / total) for r in items]
-

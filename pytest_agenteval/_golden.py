@@ -18,15 +18,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from ._yaml import SpecError
 
 MAX_GOLDEN_BYTES = 16 * 1024 * 1024
 VERDICTS = ("pass", "warn", "fail")
 STRATA = ("clear-pass", "borderline-pass", "borderline-fail", "clear-fail")
-ADVERSARIAL = ("confidently-wrong", "evasive", "wrong-reason-refusal", "format-perfect-failure",
-               "surface-imperfect-success", "injection")
+ADVERSARIAL = (
+    "confidently-wrong",
+    "evasive",
+    "wrong-reason-refusal",
+    "format-perfect-failure",
+    "surface-imperfect-success",
+    "injection",
+)
 
 _Score = StrictFloat | StrictInt
 
@@ -44,10 +59,17 @@ class _Entry(BaseModel):
     expected_score_max: _Score
     rationale: StrictStr = ""
     stratum: Literal["clear-pass", "borderline-pass", "borderline-fail", "clear-fail"] | None = None
-    adversarial: Literal[
-        "confidently-wrong", "evasive", "wrong-reason-refusal", "format-perfect-failure",
-        "surface-imperfect-success", "injection",
-    ] | None = None
+    adversarial: (
+        Literal[
+            "confidently-wrong",
+            "evasive",
+            "wrong-reason-refusal",
+            "format-perfect-failure",
+            "surface-imperfect-success",
+            "injection",
+        ]
+        | None
+    ) = None
     split: Literal["calibration", "holdout"] = "calibration"
     labels: list[Literal["pass", "warn", "fail"]] = Field(default_factory=list)
     provenance: dict[str, Any] | StrictStr | None = None
@@ -59,7 +81,9 @@ class _Entry(BaseModel):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} = {value} is outside [0, 1]")
         if lo > hi:
-            raise ValueError(f"band is upside down: expected_score_min {lo} > expected_score_max {hi}")
+            raise ValueError(
+                f"band is upside down: expected_score_min {lo} > expected_score_max {hi}"
+            )
         return self
 
 
@@ -137,8 +161,9 @@ def load_golden(path: Path) -> GoldenFile:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line.decode("utf-8"), object_pairs_hook=_strict_pairs,
-                             parse_constant=_no_constants)
+            obj = json.loads(
+                line.decode("utf-8"), object_pairs_hook=_strict_pairs, parse_constant=_no_constants
+            )
         except UnicodeDecodeError:
             raise SpecError(path, number, "not UTF-8") from None
         except ValueError as exc:
@@ -166,16 +191,31 @@ def load_golden(path: Path) -> GoldenFile:
             raise SpecError(path, number, msg) from None
         entry_id = entry.id or entry.scenario_id
         if entry_id in seen:
-            raise SpecError(path, number, f"duplicate id {entry_id!r} (first on line {seen[entry_id]})")
+            raise SpecError(
+                path, number, f"duplicate id {entry_id!r} (first on line {seen[entry_id]})"
+            )
         seen[entry_id] = number
-        golden.entries.append(GoldenEntry(
-            id=entry_id, scenario_id=entry.scenario_id, article=entry.article, input=entry.input,
-            response=entry.response, expected_verdict=entry.expected_verdict,
-            score_min=float(entry.expected_score_min), score_max=float(entry.expected_score_max),
-            rationale=entry.rationale, stratum=entry.stratum, adversarial=entry.adversarial,
-            split=entry.split, labels=tuple(entry.labels), provenance=entry.provenance,
-            path=path, line=number, source_format=fmt,
-        ))
+        golden.entries.append(
+            GoldenEntry(
+                id=entry_id,
+                scenario_id=entry.scenario_id,
+                article=entry.article,
+                input=entry.input,
+                response=entry.response,
+                expected_verdict=entry.expected_verdict,
+                score_min=float(entry.expected_score_min),
+                score_max=float(entry.expected_score_max),
+                rationale=entry.rationale,
+                stratum=entry.stratum,
+                adversarial=entry.adversarial,
+                split=entry.split,
+                labels=tuple(entry.labels),
+                provenance=entry.provenance,
+                path=path,
+                line=number,
+                source_format=fmt,
+            )
+        )
     return golden
 
 
@@ -185,7 +225,8 @@ def check_articles(golden: GoldenFile, known: Mapping[str, str], family: str) ->
         if entry.article not in known:
             sample = ", ".join(sorted(known)[:6])
             raise SpecError(
-                golden.path, entry.line,
+                golden.path,
+                entry.line,
                 f"unknown article {entry.article!r}: family {family!r} has no such control "
                 f"(e.g. {sample})",
             )
@@ -198,7 +239,8 @@ def check_unique(files: Iterable[GoldenFile]) -> None:
             first = seen.setdefault(entry.id, entry)
             if first is not entry:
                 raise SpecError(
-                    entry.path, entry.line,
+                    entry.path,
+                    entry.line,
                     f"duplicate id {entry.id!r} (also in {first.path.name}:{first.line})",
                 )
 
@@ -226,7 +268,11 @@ MIN_ADVERSARIAL = 1 / 3
 def pillar_stats(pillar: str, entries: Sequence[GoldenEntry]) -> PillarStats:
     n = len(entries)
     strata = Counter(e.stratum or "unlabelled" for e in entries)
-    shares = {s: strata.get(s, 0) / n if n else 0.0 for s in (*STRATA, "unlabelled") if s in STRATA or strata.get(s)}
+    shares = {
+        s: strata.get(s, 0) / n if n else 0.0
+        for s in (*STRATA, "unlabelled")
+        if s in STRATA or strata.get(s)
+    }
     adversarial = Counter(e.adversarial for e in entries if e.adversarial)
     adv_share = sum(adversarial.values()) / n if n else 0.0
     holdout = sum(e.split == "holdout" for e in entries) / n if n else 0.0
@@ -236,10 +282,14 @@ def pillar_stats(pillar: str, entries: Sequence[GoldenEntry]) -> PillarStats:
         warnings.append(f"only {n} entries (fewer than {MIN_ENTRIES})")
     for stratum in STRATA:
         if shares.get(stratum, 0.0) < MIN_STRATUM:
-            warnings.append(f"stratum {stratum} is {shares.get(stratum, 0.0):.0%} (under {MIN_STRATUM:.0%})")
+            warnings.append(
+                f"stratum {stratum} is {shares.get(stratum, 0.0):.0%} (under {MIN_STRATUM:.0%})"
+            )
     if adv_share < MIN_ADVERSARIAL:
         warnings.append(f"adversarial entries are {adv_share:.0%} (under a third)")
-    return PillarStats(pillar, n, shares, adv_share, dict(adversarial), holdout, dict(raters), warnings)
+    return PillarStats(
+        pillar, n, shares, adv_share, dict(adversarial), holdout, dict(raters), warnings
+    )
 
 
 def format_stats(stats: Sequence[PillarStats]) -> str:
@@ -247,7 +297,9 @@ def format_stats(stats: Sequence[PillarStats]) -> str:
     for s in stats:
         strata = ", ".join(f"{k} {v:.0%}" for k, v in s.strata.items())
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(s.adversarial_kinds.items())) or "none"
-        raters = ", ".join(f"{k} rater{'s' if k > 1 else ''}: {v}" for k, v in sorted(s.raters.items()))
+        raters = ", ".join(
+            f"{k} rater{'s' if k > 1 else ''}: {v}" for k, v in sorted(s.raters.items())
+        )
         lines += [
             f"{s.pillar}: {s.entries} entries",
             f"  strata: {strata}",

@@ -49,7 +49,12 @@ class GoldenCollector(pytest.Collector):
             for rep in range(repeat):
                 name = entry.id if repeat == 1 else f"{entry.id}[r{rep}]"
                 yield CalibrationItem.from_parent(
-                    self, name=name, family=family, article=article, entry=entry, repetition=rep,
+                    self,
+                    name=name,
+                    family=family,
+                    article=article,
+                    entry=entry,
+                    repetition=rep,
                 )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
@@ -60,8 +65,15 @@ class GoldenCollector(pytest.Collector):
 
 
 class CalibrationItem(pytest.Item):
-    def __init__(self, *, family: Family, article: Article, entry: GoldenEntry, repetition: int,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        family: Family,
+        article: Article,
+        entry: GoldenEntry,
+        repetition: int,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.family, self.article, self.entry, self.repetition = family, article, entry, repetition
         self.payload: dict[str, Any] | None = None
@@ -86,41 +98,74 @@ class CalibrationItem(pytest.Item):
         judges = state.judges()
         criteria = self.criteria()
         request = GradeRequest(
-            scenario_id=self.entry.scenario_id, prompt=self.entry.input,
-            answer=Response(self.entry.response).answer(), expected_behavior="",
+            scenario_id=self.entry.scenario_id,
+            prompt=self.entry.input,
+            answer=Response(self.entry.response).answer(),
+            expected_behavior="",
             criteria=criteria,
             context={
-                "family": self.family.name, "article": self.article.meta.article,
-                "control_id": self.article.control_id, "title": self.article.meta.title,
-                "severity": self.article.meta.severity, "judge_prompt": self.family.judge_prompt,
-                "repetition": self.repetition, "calibration": True,
+                "family": self.family.name,
+                "article": self.article.meta.article,
+                "control_id": self.article.control_id,
+                "title": self.article.meta.title,
+                "severity": self.article.meta.severity,
+                "judge_prompt": self.family.judge_prompt,
+                "repetition": self.repetition,
+                "calibration": True,
             },
         )
         try:
-            result = state.scheduler.run_coro(grade_to_result(
-                judges[0], request, key=self.entry.id, name=self.entry.id,
-                bands=self.article.bands, severity=self.article.meta.severity,
-            ))
+            result = state.scheduler.run_coro(
+                grade_to_result(
+                    judges[0],
+                    request,
+                    key=self.entry.id,
+                    name=self.entry.id,
+                    bands=self.article.bands,
+                    severity=self.article.meta.severity,
+                )
+            )
         except ConfigError as exc:
-            pytest.exit(f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
-        actual = band_verdict(result.score, self.article.bands) if result.score is not None else None
+            pytest.exit(
+                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
+            )
+        actual = (
+            band_verdict(result.score, self.article.bands) if result.score is not None else None
+        )
         self.payload = {
-            "v": 1, "kind": "calibration", "family": self.family.name,
-            "family_root": str(self.family.root), "pillar": self.article.meta.pillar,
-            "id": self.entry.id, "scenario_id": self.entry.scenario_id,
-            "article": self.article.control_id, "file": self.entry.path.name, "line": self.entry.line,
-            "expected": self.entry.expected_verdict, "min": self.entry.score_min,
-            "max": self.entry.score_max, "score": result.score, "actual": actual,
-            "split": self.entry.split, "repetition": self.repetition, "stratum": self.entry.stratum,
-            "adversarial": self.entry.adversarial, "labels": list(self.entry.labels),
-            "judge": getattr(judges[0], "name", "judge"), "verdict": result.verdict,
-            "error": result.error, "reasoning": result.reasoning,
-            "criteria": [c.to_dict() for c in result.criteria], "judge_meta": dict(result.meta),
+            "v": 1,
+            "kind": "calibration",
+            "family": self.family.name,
+            "family_root": str(self.family.root),
+            "pillar": self.article.meta.pillar,
+            "id": self.entry.id,
+            "scenario_id": self.entry.scenario_id,
+            "article": self.article.control_id,
+            "file": self.entry.path.name,
+            "line": self.entry.line,
+            "expected": self.entry.expected_verdict,
+            "min": self.entry.score_min,
+            "max": self.entry.score_max,
+            "score": result.score,
+            "actual": actual,
+            "split": self.entry.split,
+            "repetition": self.repetition,
+            "stratum": self.entry.stratum,
+            "adversarial": self.entry.adversarial,
+            "labels": list(self.entry.labels),
+            "judge": getattr(judges[0], "name", "judge"),
+            "verdict": result.verdict,
+            "error": result.error,
+            "reasoning": result.reasoning,
+            "criteria": [c.to_dict() for c in result.criteria],
+            "judge_meta": dict(result.meta),
             "subject": f"calibration-{getattr(judges[0], 'name', 'judge')}",
             "nodeid": self.nodeid,
         }
         if result.verdict == "error":
-            raise AgentevalError(f"{self.entry.id}: judge error (evaluation failure): {result.error}")
+            raise AgentevalError(
+                f"{self.entry.id}: judge error (evaluation failure): {result.error}"
+            )
         if result.verdict == "skipped":
             self.payload["actual"] = None
             pytest.skip(f"{self.entry.id}: {result.reasoning}")
@@ -132,7 +177,7 @@ class CalibrationItem(pytest.Item):
         if p["actual"] != p["expected"] or not in_band:
             raise CalibrationMismatch()
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, CalibrationMismatch) and self.payload is not None:
             p = self.payload
             lines = [

@@ -120,8 +120,9 @@ class RulesJudge:
             checked += 1
             met += outcome.met
             results.append(
-                CriterionResult(criterion.text, outcome.met, outcome.detail,
-                                criterion.check.to_dict())
+                CriterionResult(
+                    criterion.text, outcome.met, outcome.detail, criterion.check.to_dict()
+                )
             )
         if checked == 0:
             raise NotGradable("rules judge: no criterion of this scenario carries a check")
@@ -151,14 +152,23 @@ async def grade_to_result(
     except JudgeError as exc:
         details = getattr(exc, "details", None)
         return EvalResult(
-            key, name, None, "error", kind="scenario", error=str(exc),
+            key,
+            name,
+            None,
+            "error",
+            kind="scenario",
+            error=str(exc),
             meta={"judge": getattr(judge, "name", "judge"), **(details or {})},
         )
     except (ConfigError, asyncio.CancelledError):
         raise
     except Exception as exc:  # a judge that crashes is an error, never a grade
         return EvalResult(
-            key, name, None, "error", kind="scenario",
+            key,
+            name,
+            None,
+            "error",
+            kind="scenario",
             error=f"judge {getattr(judge, 'name', 'judge')} raised {type(exc).__name__}: {exc}",
         )
     return result_from_grade(grade, key=key, name=name, bands=bands, severity=severity)
@@ -168,17 +178,29 @@ def result_from_grade(
     grade: Grade, *, key: str, name: str, bands: Bands, severity: str | None
 ) -> EvalResult:
     score = grade.score
-    if isinstance(score, bool) or not isinstance(score, int | float) or not (
-        math.isfinite(score) and 0.0 <= score <= 1.0
+    if (
+        isinstance(score, bool)
+        or not isinstance(score, int | float)
+        or not (math.isfinite(score) and 0.0 <= score <= 1.0)
     ):
         return EvalResult(
-            key, name, None, "error", kind="scenario",
+            key,
+            name,
+            None,
+            "error",
+            kind="scenario",
             error=f"judge {grade.judge} returned score {score!r}; expected 0..1",
         )
     verdict = band_verdict(score, bands)
     failed_severity = worst_severity(severity, score_severity(score)) if verdict == "fail" else None
     return EvalResult(
-        key, name, float(score), verdict, kind="scenario", severity=failed_severity,
-        reasoning=grade.summary, criteria=grade.criteria,
+        key,
+        name,
+        float(score),
+        verdict,
+        kind="scenario",
+        severity=failed_severity,
+        reasoning=grade.summary,
+        criteria=grade.criteria,
         meta={"judge": grade.judge, **dict(grade.details)},
     )

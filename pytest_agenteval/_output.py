@@ -18,9 +18,9 @@ import re
 import subprocess
 import sys
 import unicodedata
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,18 +30,62 @@ from ._family import Plan
 
 if TYPE_CHECKING:
     from ._redact import Redactor
-    from ._session import AgentevalState, Collected, FamilyOutcome
+    from ._session import AgentevalState, FamilyOutcome
 
 _RESERVED = {"con", "prn", "aux", "nul"} | {f"{p}{i}" for p in ("com", "lpt") for i in range(10)}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_RECORD_FIELDS = ("kind", "nodeid", "family", "preset", "scenario_id", "condition", "sample",
-                  "subject", "prompt", "answer", "tool_calls", "usage", "cost", "timings", "result",
-                  # calibration records
-                  "id", "pillar", "article", "file", "line", "expected", "min", "max", "score",
-                  "actual", "split", "repetition", "stratum", "adversarial", "labels", "judge",
-                  "verdict", "error", "reasoning", "criteria", "judge_meta")
-_DEPENDENCIES = ("pydantic", "pyyaml", "openai", "anthropic", "numpy", "pytest-xdist",
-                 "pytest-asyncio", "rfc8785", "junit-xml", "sarif-om", "jinja2")
+_RECORD_FIELDS = (
+    "kind",
+    "nodeid",
+    "family",
+    "preset",
+    "scenario_id",
+    "condition",
+    "sample",
+    "subject",
+    "prompt",
+    "answer",
+    "tool_calls",
+    "usage",
+    "cost",
+    "timings",
+    "result",
+    # calibration records
+    "id",
+    "pillar",
+    "article",
+    "file",
+    "line",
+    "expected",
+    "min",
+    "max",
+    "score",
+    "actual",
+    "split",
+    "repetition",
+    "stratum",
+    "adversarial",
+    "labels",
+    "judge",
+    "verdict",
+    "error",
+    "reasoning",
+    "criteria",
+    "judge_meta",
+)
+_DEPENDENCIES = (
+    "pydantic",
+    "pyyaml",
+    "openai",
+    "anthropic",
+    "numpy",
+    "pytest-xdist",
+    "pytest-asyncio",
+    "rfc8785",
+    "junit-xml",
+    "sarif-om",
+    "jinja2",
+)
 
 
 def slug(name: str, *, max_len: int = 64) -> str:
@@ -91,7 +135,7 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
 
 def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Token and dollar totals for the run and per pillar (``usd`` None when a rate is unknown)."""
-    zero = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    zero: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     total = dict(zero)
     pillars: dict[str, dict[str, Any]] = {}
     for record in records:
@@ -111,7 +155,9 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
     from . import __version__
 
     plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
-    counts = tree.counts() if tree else dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
+    counts = (
+        tree.counts() if tree else dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
+    )
     return {
         "schema": "pytest-agenteval/summary/1",
         "run_id": outcome.run_id,
@@ -152,12 +198,18 @@ def _versions() -> dict[str, str]:
 
 def _git(cwd: Path) -> dict[str, Any] | None:
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                              text=True, timeout=5)
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
         if head.returncode != 0:
             return None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                                capture_output=True, text=True, timeout=5)
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
@@ -170,11 +222,15 @@ def family_files(plan: Plan) -> dict[str, str]:
     if not family.single_file:
         files["benchmark.yaml"] = family.root / "benchmark.yaml"
     if family.judge_prompt_path is not None:
-        files[family.judge_prompt_path.relative_to(family.root.resolve()).as_posix()] = family.judge_prompt_path
+        files[family.judge_prompt_path.relative_to(family.root.resolve()).as_posix()] = (
+            family.judge_prompt_path
+        )
     for art in family.articles:
         files[art.path.relative_to(family.root).as_posix()] = art.path
-    return {f"{family.name}/{rel}": hashlib.sha256(p.read_bytes()).hexdigest()
-            for rel, p in sorted(files.items())}
+    return {
+        f"{family.name}/{rel}": hashlib.sha256(p.read_bytes()).hexdigest()
+        for rel, p in sorted(files.items())
+    }
 
 
 def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str) -> Path:
@@ -190,7 +246,9 @@ def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str
     return candidate
 
 
-def report_records(plan: Plan, payloads: Sequence[dict[str, Any]], rootdir: Path) -> list[dict[str, Any]]:
+def report_records(
+    plan: Plan, payloads: Sequence[dict[str, Any]], rootdir: Path
+) -> list[dict[str, Any]]:
     """Item payloads enriched with the article and a repository-relative location."""
     articles = {a.control_id: a for a in plan.family.articles}
     out = []
@@ -203,11 +261,17 @@ def report_records(plan: Plan, payloads: Sequence[dict[str, Any]], rootdir: Path
             try:
                 record["file"] = art.path.resolve().relative_to(rootdir.resolve()).as_posix()
             except ValueError:
-                record["file"] = f"{plan.family.name}/{art.path.relative_to(plan.family.root).as_posix()}"
+                record["file"] = (
+                    f"{plan.family.name}/{art.path.relative_to(plan.family.root).as_posix()}"
+                )
             record["line"] = art.lines.get(payload["scenario_id"])
-            record["article"] = {"control_id": art.control_id, "title": art.meta.title,
-                                 "article": art.meta.article, "severity": art.meta.severity,
-                                 "pillar": art.meta.pillar}
+            record["article"] = {
+                "control_id": art.control_id,
+                "title": art.meta.title,
+                "article": art.meta.article,
+                "severity": art.meta.severity,
+                "pillar": art.meta.pillar,
+            }
         out.append(record)
     return out
 
@@ -215,15 +279,22 @@ def report_records(plan: Plan, payloads: Sequence[dict[str, Any]], rootdir: Path
 class RunRecorder:
     """The evidence writer of one family × preset run, on the controller."""
 
-    def __init__(self, state: AgentevalState, bucket: Any, plan: Plan,
-                 extra_files: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, state: AgentevalState, bucket: Any, plan: Plan, extra_files: Sequence[Path] = ()
+    ) -> None:
         from . import __version__
 
         self.redactor: Redactor = state.redactor
-        out = state.out_dir if state.out_dir.is_absolute() else state.config.invocation_params.dir / state.out_dir
+        out = (
+            state.out_dir
+            if state.out_dir.is_absolute()
+            else state.config.invocation_params.dir / state.out_dir
+        )
         files = family_files(plan)
         for path in extra_files:
-            files[f"golden/{plan.family.name}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            files[f"golden/{plan.family.name}/{path.name}"] = hashlib.sha256(
+                path.read_bytes()
+            ).hexdigest()
         started = rfc3339(state.started_at)
         header: dict[str, Any] = {
             "schema": "pytest-agenteval/manifest/1",
@@ -249,8 +320,12 @@ class RunRecorder:
         header = self.redactor.data(header)
         self.run_id = sha256_hex(canonical_json(header))
         self.started_at = started
-        self.run_dir = new_run_dir(out, plan.family.name, bucket.subject, state.started_at, self.run_id[:10])
-        self.writer = EvidenceWriter(self.run_dir, {"run_id": self.run_id, **header, "completed": False})
+        self.run_dir = new_run_dir(
+            out, plan.family.name, bucket.subject, state.started_at, self.run_id[:10]
+        )
+        self.writer = EvidenceWriter(
+            self.run_dir, {"run_id": self.run_id, **header, "completed": False}
+        )
 
     def add(self, payload: dict[str, Any]) -> None:
         """Append one item's record (an explicit allowlist of fields) to the chain."""

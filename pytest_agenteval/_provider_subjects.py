@@ -146,7 +146,10 @@ def make_subject(
         return CommandSubject(target, timeout_s=timeout_s)
     cls: type[_ProviderSubject] = OpenAISubject if kind == "openai" else AnthropicSubject
     return cls(
-        target, base_url=base_url, timeout_s=timeout_s, max_retries=max_retries,
+        target,
+        base_url=base_url,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
         max_tokens=max_tokens,
     )
 
@@ -206,7 +209,12 @@ class _ProviderSubject(Subject):
     base_env: str
 
     def __init__(
-        self, model: str, *, base_url: str | None, timeout_s: float, max_retries: int,
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        timeout_s: float,
+        max_retries: int,
         max_tokens: int,
     ) -> None:
         self.model = model
@@ -326,15 +334,21 @@ class OpenAISubject(_ProviderSubject):
         import openai
 
         return openai.AsyncOpenAI(
-            **self._credentials, base_url=self.base_url, timeout=self.timeout_s,
+            **self._credentials,
+            base_url=self.base_url,
+            timeout=self.timeout_s,
             max_retries=self.max_retries,
         )
 
     def _error_classes(self) -> tuple[type[BaseException], ...]:
         import openai
 
-        return (openai.APIStatusError, openai.APITimeoutError, openai.APIConnectionError,
-                openai.OpenAIError)
+        return (
+            openai.APIStatusError,
+            openai.APITimeoutError,
+            openai.APIConnectionError,
+            openai.OpenAIError,
+        )
 
     async def _send(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.chat.completions.create(**request)
@@ -355,18 +369,22 @@ class OpenAISubject(_ProviderSubject):
             elif role == "tool":
                 n += 1
                 call_id = f"call_{n}"
-                out.append({
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [{
-                        "id": call_id,
-                        "type": "function",
-                        "function": {
-                            "name": str(turn.get("name") or "tool"),
-                            "arguments": json.dumps(_turn_arguments(turn)),
-                        },
-                    }],
-                })
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {
+                                    "name": str(turn.get("name") or "tool"),
+                                    "arguments": json.dumps(_turn_arguments(turn)),
+                                },
+                            }
+                        ],
+                    }
+                )
                 out.append({"role": "tool", "tool_call_id": call_id, "content": content})
             else:
                 raise SubjectError(f"unsupported turn role {role!r}")
@@ -432,9 +450,12 @@ class OpenAISubject(_ProviderSubject):
             text=text,
             tool_calls=tuple(calls),
             usage=(
-                {"prompt_tokens": int(usage.prompt_tokens or 0),
-                 "completion_tokens": int(usage.completion_tokens or 0)}
-                if usage is not None else {}
+                {
+                    "prompt_tokens": int(usage.prompt_tokens or 0),
+                    "completion_tokens": int(usage.completion_tokens or 0),
+                }
+                if usage is not None
+                else {}
             ),
             meta=meta,
         )
@@ -456,15 +477,21 @@ class AnthropicSubject(_ProviderSubject):
         import anthropic
 
         return anthropic.AsyncAnthropic(
-            **self._credentials, base_url=self.base_url, timeout=self.timeout_s,
+            **self._credentials,
+            base_url=self.base_url,
+            timeout=self.timeout_s,
             max_retries=self.max_retries,
         )
 
     def _error_classes(self) -> tuple[type[BaseException], ...]:
         import anthropic
 
-        return (anthropic.APIStatusError, anthropic.APITimeoutError,
-                anthropic.APIConnectionError, anthropic.AnthropicError)
+        return (
+            anthropic.APIStatusError,
+            anthropic.APITimeoutError,
+            anthropic.APIConnectionError,
+            anthropic.AnthropicError,
+        )
 
     async def _send(self, client: Any, request: dict[str, Any]) -> Any:
         return await client.messages.create(**request)
@@ -495,10 +522,15 @@ class AnthropicSubject(_ProviderSubject):
             elif role == "tool":
                 n += 1
                 tool_id = f"toolu_{n}"
-                add("assistant", {
-                    "type": "tool_use", "id": tool_id,
-                    "name": str(turn.get("name") or "tool"), "input": _turn_arguments(turn),
-                })
+                add(
+                    "assistant",
+                    {
+                        "type": "tool_use",
+                        "id": tool_id,
+                        "name": str(turn.get("name") or "tool"),
+                        "input": _turn_arguments(turn),
+                    },
+                )
                 add("user", {"type": "tool_result", "tool_use_id": tool_id, "content": content})
             else:
                 raise SubjectError(f"unsupported turn role {role!r}")
@@ -563,9 +595,12 @@ class AnthropicSubject(_ProviderSubject):
             text="".join(texts),
             tool_calls=tuple(calls),
             usage=(
-                {"prompt_tokens": int(usage.input_tokens or 0),
-                 "completion_tokens": int(usage.output_tokens or 0)}
-                if usage is not None else {}
+                {
+                    "prompt_tokens": int(usage.input_tokens or 0),
+                    "completion_tokens": int(usage.output_tokens or 0),
+                }
+                if usage is not None
+                else {}
             ),
             meta=meta,
         )
@@ -671,6 +706,4 @@ class CommandSubject(Subject):
             text = text[:-2]
         elif text.endswith("\n"):
             text = text[:-1]
-        return Response(
-            text=text, meta={"exit_status": code, "latency_s": round(latency, 6)}
-        )
+        return Response(text=text, meta={"exit_status": code, "latency_s": round(latency, 6)})

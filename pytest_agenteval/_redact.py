@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.I)
+_SECRET_NAME = re.compile(
+    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.I
+)
 _KEY_SHAPES = re.compile(
     r"\b(?:sk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}"
     r"|AKIA[0-9A-Z]{16}"

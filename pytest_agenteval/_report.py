@@ -234,8 +234,13 @@ def _criteria(raw: Any) -> list[dict[str, str]]:
             continue
         met = c.get("met")
         status = "met" if met is True else "missed" if met is False else "na"
-        out.append({"text": _s(c.get("criterion") or c.get("text")),
-                    "status": status, "reasoning": _s(c.get("reasoning"))})
+        out.append(
+            {
+                "text": _s(c.get("criterion") or c.get("text")),
+                "status": status,
+                "reasoning": _s(c.get("reasoning")),
+            }
+        )
     return out
 
 
@@ -383,13 +388,22 @@ def _pillar_chart(pillars: list[dict[str, Any]], bands: Mapping[str, Any]) -> di
         y = top + i * row_h
         score = p["score"]
         bar_y = y + 22
-        rows.append({
-            "label": label, "full": title, "id": p["id"], "weight": p["weight"],
-            "verdict": p["verdict"], "label_y": y + 15, "bar_y": bar_y, "bar_h": bar_h,
-            "bar_w": 0.0 if score is None else round(x(score) - left, 2),
-            "score_text": fmt_score(score), "score_y": bar_y + bar_h / 2 + 4,
-            "score_x": (x(score) if score is not None else left) + 6,
-        })
+        rows.append(
+            {
+                "label": label,
+                "full": title,
+                "id": p["id"],
+                "weight": p["weight"],
+                "verdict": p["verdict"],
+                "label_y": y + 15,
+                "bar_y": bar_y,
+                "bar_h": bar_h,
+                "bar_w": 0.0 if score is None else round(x(score) - left, 2),
+                "score_text": fmt_score(score),
+                "score_y": bar_y + bar_h / 2 + 4,
+                "score_x": (x(score) if score is not None else left) + 6,
+            }
+        )
     thresholds: list[dict[str, Any]] = []
     for kind in ("warn", "pass"):
         value = _num(bands.get(kind))
@@ -400,9 +414,17 @@ def _pillar_chart(pillars: list[dict[str, Any]], bands: Mapping[str, Any]) -> di
     for t in thresholds:
         t.setdefault("anchor", "middle")
     ticks = [{"x": x(v / 4), "label": ("0", "0.25", "0.5", "0.75", "1")[v]} for v in range(5)]
-    return {"width": width, "height": height, "left": left, "right": left + plot_w,
-            "top": top, "bottom": top + rows_h, "rows": rows, "thresholds": thresholds,
-            "ticks": ticks}
+    return {
+        "width": width,
+        "height": height,
+        "left": left,
+        "right": left + plot_w,
+        "top": top,
+        "bottom": top + rows_h,
+        "rows": rows,
+        "thresholds": thresholds,
+        "ticks": ticks,
+    }
 
 
 def _reliability_chart(bins: Any) -> dict[str, Any] | None:
@@ -426,19 +448,38 @@ def _reliability_chart(bins: Any) -> dict[str, Any] | None:
         frac, mean = _num(b.get("frac_pass")), _num(b.get("mean_score"))
         if lo is None or hi is None or not n or frac is None:
             continue
-        bars.append({"x": px(lo) + 1, "w": max(px(hi) - px(lo) - 2, 1), "y": py(frac),
-                     "h": round(py(0) - py(frac), 2), "n": int(n),
-                     "label_x": round((px(lo) + px(hi)) / 2, 2), "label_y": py(0) - 5,
-                     "title": f"scores {lo:.1f}–{hi:.1f}: n={int(n)}, observed pass {frac:.2f}"
-                              + ("" if mean is None else f", mean score {mean:.2f}")})
+        bars.append(
+            {
+                "x": px(lo) + 1,
+                "w": max(px(hi) - px(lo) - 2, 1),
+                "y": py(frac),
+                "h": round(py(0) - py(frac), 2),
+                "n": int(n),
+                "label_x": round((px(lo) + px(hi)) / 2, 2),
+                "label_y": py(0) - 5,
+                "title": f"scores {lo:.1f}–{hi:.1f}: n={int(n)}, observed pass {frac:.2f}"
+                + ("" if mean is None else f", mean score {mean:.2f}"),
+            }
+        )
         if mean is not None:
             points.append({"x": px(mean), "y": py(frac)})
     if not bars:
         return None
     ticks = [{"v": f"{v / 5:.1f}", "x": px(v / 5), "y": py(v / 5)} for v in range(6)]
-    return {"width": width, "height": height, "left": left, "top": top, "size": size,
-            "x0": px(0), "x1": px(1), "y0": py(0), "y1": py(1), "bars": bars, "points": points,
-            "ticks": ticks}
+    return {
+        "width": width,
+        "height": height,
+        "left": left,
+        "top": top,
+        "size": size,
+        "x0": px(0),
+        "x1": px(1),
+        "y0": py(0),
+        "y1": py(1),
+        "bars": bars,
+        "points": points,
+        "ticks": ticks,
+    }
 
 
 _CAL_METRICS = ("n", "accuracy", "kappa", "brier", "ece", "auc")
@@ -449,9 +490,12 @@ def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
         data = _map(data)
         gate = _map(data.get("gate"))
         passed = gate.get("passed")
-        return {"name": name, **{k: data.get(k) for k in _CAL_METRICS},
-                "threshold": gate.get("threshold"),
-                "gate": "none" if passed is None else "pass" if passed else "fail"}
+        return {
+            "name": name,
+            **{k: data.get(k) for k in _CAL_METRICS},
+            "threshold": gate.get("threshold"),
+            "gate": "none" if passed is None else "pass" if passed else "fail",
+        }
 
     overall = _map(cal.get("overall"))
     pillars = _map(cal.get("pillars"))
@@ -464,16 +508,33 @@ def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
     for i, label in enumerate(labels):
         raw = _list(matrix[i]) if i < len(matrix) else []
         vals = [_num(raw[j]) if j < len(raw) else None for j in range(len(labels))]
-        cells.append({"label": label, "total": int(sum(v or 0 for v in vals)),
-                      "cells": [{"n": fmt_int(v), "diag": i == j,
-                                 "alpha": round(0.08 + 0.6 * (v or 0) / peak, 3)}
-                                for j, v in enumerate(vals)]})
+        cells.append(
+            {
+                "label": label,
+                "total": int(sum(v or 0 for v in vals)),
+                "cells": [
+                    {
+                        "n": fmt_int(v),
+                        "diag": i == j,
+                        "alpha": round(0.08 + 0.6 * (v or 0) / peak, 3),
+                    }
+                    for j, v in enumerate(vals)
+                ],
+            }
+        )
     per_class = _map(overall.get("per_class"))
     classes = [{"label": k, **_map(v)} for k, v in per_class.items()]
     bins = [b for b in _list(overall.get("reliability")) if isinstance(b, Mapping)]
-    return {"rows": rows, "labels": labels, "confusion": cells, "classes": classes,
-            "bins": bins, "chart": _reliability_chart(bins),
-            "has_auc": any(r["auc"] is not None for r in rows), "overall": rows[0]}
+    return {
+        "rows": rows,
+        "labels": labels,
+        "confusion": cells,
+        "classes": classes,
+        "bins": bins,
+        "chart": _reliability_chart(bins),
+        "has_auc": any(r["auc"] is not None for r in rows),
+        "overall": rows[0],
+    }
 
 
 def build_view(
@@ -490,8 +551,11 @@ def build_view(
     :func:`_deep_clean` (render_markdown builds several views of one input).
     """
     s: Mapping[str, Any] = _map(summary if assume_clean else _deep_clean(summary))
-    recs = [r for r in (records if assume_clean else (_deep_clean(r) for r in records))
-            if isinstance(r, Mapping)]
+    recs = [
+        r
+        for r in (records if assume_clean else (_deep_clean(r) for r in records))
+        if isinstance(r, Mapping)
+    ]
     roots = [n for n in _list(s.get("nodes")) if isinstance(n, Mapping)]
     root = roots[0] if roots else None
 
@@ -512,11 +576,15 @@ def build_view(
                     sid = _s(leaf.get("id"))
                     nodes.setdefault(sid, leaf)
                     order.setdefault(sid, len(order))
-                    place.setdefault(sid, {
-                        "pillar": prow["id"], "pillar_title": prow["title"],
-                        "article": _s(article.get("id")),
-                        "article_title": _s(article.get("title")),
-                    })
+                    place.setdefault(
+                        sid,
+                        {
+                            "pillar": prow["id"],
+                            "pillar_title": prow["title"],
+                            "article": _s(article.get("id")),
+                            "article_title": _s(article.get("title")),
+                        },
+                    )
 
     scenarios = []
     seen: set[str] = set()
@@ -537,8 +605,10 @@ def build_view(
         return (_SEVERITY_RANK.get(sc["severity"], 4), score, by_tree(sc))
 
     failed = sorted((sc for sc in scenarios if sc["verdict"] == "fail"), key=by_badness)
-    warned = sorted((sc for sc in scenarios if sc["verdict"] == "warn"),
-                    key=lambda sc: (sc["score"] or 0.0, by_tree(sc)))
+    warned = sorted(
+        (sc for sc in scenarios if sc["verdict"] == "warn"),
+        key=lambda sc: (sc["score"] or 0.0, by_tree(sc)),
+    )
     errors = sorted((sc for sc in scenarios if sc["verdict"] == "error"), key=by_tree)
     skipped = sorted((sc for sc in scenarios if sc["verdict"] == "skipped"), key=by_tree)
     for n, sc in enumerate(failed + warned + errors, start=1):
@@ -579,9 +649,11 @@ def build_view(
         "verdict": verdict,
         "aggregation": _s(_map(root).get("aggregation")),
         "bands": bands,
-        "gate": {"passed": gate_passed,
-                 "reasons": [_s(r) for r in _list(gate.get("reasons"))],
-                 "notes": [_s(n) for n in _list(gate.get("notes"))]},
+        "gate": {
+            "passed": gate_passed,
+            "reasons": [_s(r) for r in _list(gate.get("reasons"))],
+            "notes": [_s(n) for n in _list(gate.get("notes"))],
+        },
         "tone": tone,
         "items": items,
         "counts": counts,
@@ -611,7 +683,8 @@ def build_view(
         "plugin_version": _s(s.get("plugin_version")),
         "answer_limit": answer_limit,
         "calibration": _calibration_view(_deep_clean(calibration))
-        if isinstance(calibration, Mapping) else None,
+        if isinstance(calibration, Mapping)
+        else None,
         "disclaimer": DISCLAIMER,
     }
 
@@ -685,17 +758,25 @@ def _environment() -> Any:
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("pytest_agenteval", "templates"),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
-                                            default_for_string=False),
+        autoescape=jinja2.select_autoescape(
+            enabled_extensions=("html.j2",), default_for_string=False
+        ),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
     filters: dict[str, Callable[..., str]] = {
-        "score": fmt_score, "int": fmt_int, "pct": fmt_pct, "cost": fmt_cost,
-        "mdtext": md_text, "mdcell": md_cell, "mdhtml": md_html, "mdcode": md_code,
-        "mdtick": md_tick, "mdbar": md_bar,
+        "score": fmt_score,
+        "int": fmt_int,
+        "pct": fmt_pct,
+        "cost": fmt_cost,
+        "mdtext": md_text,
+        "mdcell": md_cell,
+        "mdhtml": md_html,
+        "mdcode": md_code,
+        "mdtick": md_tick,
+        "mdbar": md_bar,
     }
     env.filters.update(filters)
     return env
@@ -716,17 +797,28 @@ def render_markdown(
     template = _environment().get_template("report.md.j2")
     # (answer characters, show answers, failed in full, warned in full); None: all
     steps: list[tuple[int, bool, int | None, int | None]] = [
-        (ANSWER_LIMIT, True, None, None), (500, True, None, None), (500, True, None, 0),
-        (300, True, 40, 0), (300, False, 40, 0), (300, False, 15, 0), (300, False, 0, 0),
+        (ANSWER_LIMIT, True, None, None),
+        (500, True, None, None),
+        (500, True, None, 0),
+        (300, True, 40, 0),
+        (300, False, 40, 0),
+        (300, False, 15, 0),
+        (300, False, 0, 0),
     ]
     text = ""
     summary = _map(_deep_clean(summary))
     records = [_deep_clean(r) for r in records]
     for i, (limit, answers, max_failed, max_warned) in enumerate(steps):
-        view = build_view(summary, records, calibration=calibration, answer_limit=limit,
-                          assume_clean=True)
-        text = template.render(v=view, show_answers=answers, max_failed=max_failed,
-                               max_warned=max_warned, trimmed=i > 0)
+        view = build_view(
+            summary, records, calibration=calibration, answer_limit=limit, assume_clean=True
+        )
+        text = template.render(
+            v=view,
+            show_answers=answers,
+            max_failed=max_failed,
+            max_warned=max_warned,
+            trimmed=i > 0,
+        )
         if len(text) <= MARKDOWN_BUDGET:
             break
     return text

@@ -118,12 +118,20 @@ async def run_scenario(
     except BudgetExceeded as exc:
         return ScenarioRun(
             EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
-            None, (), {}, None, None,
+            None,
+            (),
+            {},
+            None,
+            None,
         )
     except SubjectError as exc:
         return ScenarioRun(
             EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
-            None, (), {}, None, None,
+            None,
+            (),
+            {},
+            None,
+            None,
         )
     subject_cost = cost_of(getattr(subject, "name", None), call.response.usage, rates)
     budget.charge(subject_cost)
@@ -135,10 +143,15 @@ async def run_scenario(
         expected_behavior=scenario.expected_behavior,
         criteria=criteria_from(scenario.evaluation_criteria),
         context={
-            "family": family.name, "article": article.meta.article,
-            "control_id": article.control_id, "title": article.meta.title,
-            "severity": severity, "judge_prompt": family.judge_prompt,
-            "judge_prompt_path": str(family.judge_prompt_path) if family.judge_prompt_path else None,
+            "family": family.name,
+            "article": article.meta.article,
+            "control_id": article.control_id,
+            "title": article.meta.title,
+            "severity": severity,
+            "judge_prompt": family.judge_prompt,
+            "judge_prompt_path": str(family.judge_prompt_path)
+            if family.judge_prompt_path
+            else None,
             # what the subject saw, so a judge can grade tool use and multi-turn answers
             "system": scenario.system,
             "turns": subject_context(scenario)["messages"][:-1],
@@ -153,11 +166,21 @@ async def run_scenario(
                 if getattr(judge, "billable", True):
                     budget.check()
             except BudgetExceeded as exc:
-                return EvalResult(scenario.id, getattr(judge, "name", "judge"), None, "error",
-                                  kind="scenario", error=str(exc))
+                return EvalResult(
+                    scenario.id,
+                    getattr(judge, "name", "judge"),
+                    None,
+                    "error",
+                    kind="scenario",
+                    error=str(exc),
+                )
             graded = await grade_to_result(
-                judge, request, key=scenario.id, name=getattr(judge, "name", "judge"),
-                bands=article.bands, severity=severity,
+                judge,
+                request,
+                key=scenario.id,
+                name=getattr(judge, "name", "judge"),
+                bands=article.bands,
+                severity=severity,
             )
         spent = cost_of(getattr(judge, "name", None), graded.meta.get("usage"), rates)
         judge_costs.append(spent)
@@ -168,31 +191,51 @@ async def run_scenario(
 
     async def grade_with_panel(req: GradeRequest) -> EvalResult:
         """Several judges (or repetitions of one) combine by weighted median."""
-        graded = list(await asyncio.gather(*(
-            one(judge, replace(req, context={**req.context, "repetition": rep}))
-            for judge, rep in panel
-        )))
+        graded = list(
+            await asyncio.gather(
+                *(
+                    one(judge, replace(req, context={**req.context, "repetition": rep}))
+                    for judge, rep in panel
+                )
+            )
+        )
         if len(graded) == 1:
             return graded[0]
         return combine_results(
-            req.scenario_id, req.scenario_id,
-            [replace(r, kind="judge", key=f"{r.meta.get('judge', 'judge')}#{i}")
-             for i, r in enumerate(graded)],
-            aggregation="weighted_median", bands=article.bands, severity=severity, kind="scenario",
+            req.scenario_id,
+            req.scenario_id,
+            [
+                replace(r, kind="judge", key=f"{r.meta.get('judge', 'judge')}#{i}")
+                for i, r in enumerate(graded)
+            ],
+            aggregation="weighted_median",
+            bands=article.bands,
+            severity=severity,
+            kind="scenario",
         )
 
     start = time.perf_counter()
     if mode_b and scenario.granularity == "composite" and len(request.criteria) > 1:
         # Mode B: one call per criterion, each a child of the scenario's composite.
-        children = await asyncio.gather(*(
-            grade_with_panel(replace(request, criteria=(criterion,)))
-            for criterion in request.criteria
-        ))
+        children = await asyncio.gather(
+            *(
+                grade_with_panel(replace(request, criteria=(criterion,)))
+                for criterion in request.criteria
+            )
+        )
         result = combine_results(
-            scenario.id, scenario.id,
-            [replace(c, key=f"criterion-{i + 1}", name=request.criteria[i].text, kind="criterion")
-             for i, c in enumerate(children)],
-            aggregation="weighted_sum", bands=article.bands, severity=severity, kind="scenario",
+            scenario.id,
+            scenario.id,
+            [
+                replace(
+                    c, key=f"criterion-{i + 1}", name=request.criteria[i].text, kind="criterion"
+                )
+                for i, c in enumerate(children)
+            ],
+            aggregation="weighted_sum",
+            bands=article.bands,
+            severity=severity,
+            kind="scenario",
             meta={"mode": "B"},
         )
         result = replace(result, criteria=tuple(cr for c in children for cr in c.criteria))

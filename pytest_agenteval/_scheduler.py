@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,8 +55,12 @@ async def _guarded(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class Scheduler:
-    def __init__(self, concurrency: int, budget: Budget | None = None,
-                 rates: Mapping[str, tuple[float, float]] | None = None) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        budget: Budget | None = None,
+        rates: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
         self.budget = budget or Budget(None)
         self.rates = dict(rates or {})
         self.concurrency = max(1, concurrency)
@@ -69,8 +74,9 @@ class Scheduler:
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(target=self._loop.run_forever,
-                                            name="agenteval-loop", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, name="agenteval-loop", daemon=True
+            )
             self._thread.start()
         return self._loop
 
@@ -96,14 +102,24 @@ class Scheduler:
             return NO_LIMIT
         return self._subject_locks.setdefault(id(subject), asyncio.Lock())
 
-    def _spawn(self, item: ScenarioItem, subject: Callable[..., Any],
-               judges: Sequence[Any]) -> concurrent.futures.Future[ScenarioRun]:
-        return self.submit(run_scenario(
-            subject, judges, item.family, item.article, item.scenario,
-            limiter=self._limiter, subject_lock=self._lock_for(subject),
-            budget=self.budget, rates=self.rates,
-            judge_count=item.plan.judges, mode_b=item.plan.mode_b,
-        ))
+    def _spawn(
+        self, item: ScenarioItem, subject: Callable[..., Any], judges: Sequence[Any]
+    ) -> concurrent.futures.Future[ScenarioRun]:
+        return self.submit(
+            run_scenario(
+                subject,
+                judges,
+                item.family,
+                item.article,
+                item.scenario,
+                limiter=self._limiter,
+                subject_lock=self._lock_for(subject),
+                budget=self.budget,
+                rates=self.rates,
+                judge_count=item.plan.judges,
+                mode_b=item.plan.mode_b,
+            )
+        )
 
     def run(
         self,
@@ -146,10 +162,9 @@ class Scheduler:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-        try:
+        # a task that ignores cancellation cannot hold up the session
+        with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(drain(), loop).result(timeout=5)
-        except Exception:  # a task that ignores cancellation cannot hold up the session
-            pass
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
         if not thread.is_alive():
@@ -162,7 +177,7 @@ def upcoming_items(item: Any) -> list[Any]:
     interactor = _xdist_interactor(item.config)
     if interactor is None:
         index = _index(session).get(item.nodeid)
-        return [] if index is None else list(session.items[index + 1:])
+        return [] if index is None else list(session.items[index + 1 :])
     try:
         with interactor.torun.lock() as queue:
             pending = [interactor.nextitem_index, *queue]
@@ -176,7 +191,7 @@ def _index(session: Any) -> dict[str, int]:
     if cached is None or len(cached) != len(session.items):
         cached = {it.nodeid: i for i, it in enumerate(session.items)}
         session._agenteval_index = cached
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 def _xdist_interactor(config: Any) -> Any:

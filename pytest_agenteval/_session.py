@@ -10,6 +10,7 @@ is built from the family files and the reports, never from worker state, so
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from ._collect import AgentevalError, ScenarioItem
+from ._cost import DEFAULT_RATES, Budget, parse_rates
 from ._evals import EvalResult
 from ._family import (
     Family,
@@ -33,12 +35,11 @@ from ._family import (
     resolve_plan,
 )
 from ._gate import GateOutcome, decide_gate
-from ._cost import DEFAULT_RATES, Budget, parse_rates
 from ._judges import ConfigError
 from ._output import RunRecorder
 from ._redact import Redactor
 from ._scheduler import Scheduler, upcoming_items
-from ._subjects import describe, load_callable
+from ._subjects import describe
 from ._yaml import SpecError
 
 PAYLOAD_VERSION = 1
@@ -147,19 +148,45 @@ class CalibrationOutcome:
 
 
 _READ_META = ("file", "line", "pillar", "control_id", "judge", "family", "pattern")
-_READ_RESULT = ("key", "name", "score", "verdict", "severity", "reasoning", "error", "criteria", "kind")
-_READ_RECORD = ("nodeid", "scenario_id", "prompt", "answer", "condition", "sample", "usage",
-                "cost", "file", "line", "article", "family", "preset", "subject")
+_READ_RESULT = (
+    "key",
+    "name",
+    "score",
+    "verdict",
+    "severity",
+    "reasoning",
+    "error",
+    "criteria",
+    "kind",
+)
+_READ_RECORD = (
+    "nodeid",
+    "scenario_id",
+    "prompt",
+    "answer",
+    "condition",
+    "sample",
+    "usage",
+    "cost",
+    "file",
+    "line",
+    "article",
+    "family",
+    "preset",
+    "subject",
+)
 
 
 def _for_reading(record: dict[str, Any]) -> dict[str, Any]:
     """The fields the human reports show (the evidence keeps everything)."""
-    result = record.get("result") if isinstance(record.get("result"), dict) else {}
-    meta = result.get("meta") or {}
+    result: dict[str, Any] = record["result"] if isinstance(record.get("result"), dict) else {}
+    meta: dict[str, Any] = result.get("meta") or {}
     return {
         **{k: record[k] for k in _READ_RECORD if k in record},
-        "result": {**{k: result[k] for k in _READ_RESULT if k in result},
-                   "meta": {k: meta[k] for k in _READ_META if k in meta}},
+        "result": {
+            **{k: result[k] for k in _READ_RESULT if k in result},
+            "meta": {k: meta[k] for k in _READ_META if k in meta},
+        },
     }
 
 
@@ -188,16 +215,27 @@ class AgentevalState:
         self.is_worker = hasattr(config, "workerinput")
         self._families: dict[Path, Family] = {}
         self._plans: dict[tuple[Path, bool], Plan] = {}
-        self.bench = [b for arg in config.getoption("agenteval_bench") or [] for b in arg.split(",") if b]
+        self.bench = [
+            b for arg in config.getoption("agenteval_bench") or [] for b in arg.split(",") if b
+        ]
         ini_bench = config.getini("agenteval_bench")
         if not self.bench and ini_bench:
             self.bench = [b for b in str(ini_bench).split(",") if b]
-        self.preset: str | None = config.getoption("agenteval_preset") or config.getini("agenteval_preset") or None
+        self.preset: str | None = (
+            config.getoption("agenteval_preset") or config.getini("agenteval_preset") or None
+        )
         self.bench_roots = resolve_bench(config, self.bench) if self.bench else []
         self._check_preset_early()
         self.judge_specs = self._judge_specs()
-        self.subject_spec = config.getoption("agenteval_subject") or config.getini("agenteval_subject") or os.environ.get("AGENTEVAL_SUBJECT") or None
-        self.out_dir = Path(config.getoption("agenteval_out") or config.getini("agenteval_out") or ".agenteval")
+        self.subject_spec = (
+            config.getoption("agenteval_subject")
+            or config.getini("agenteval_subject")
+            or os.environ.get("AGENTEVAL_SUBJECT")
+            or None
+        )
+        self.out_dir = Path(
+            config.getoption("agenteval_out") or config.getini("agenteval_out") or ".agenteval"
+        )
         self._judges: list[Any] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
@@ -206,7 +244,11 @@ class AgentevalState:
         workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
         self.max_cost = float(max_cost) if max_cost not in (None, "") else None
         self.scheduler = Scheduler(
-            int(config.getoption("agenteval_concurrency") or config.getini("agenteval_concurrency") or 8),
+            int(
+                config.getoption("agenteval_concurrency")
+                or config.getini("agenteval_concurrency")
+                or 8
+            ),
             Budget(None if self.max_cost is None else self.max_cost / workers),
             self.rates,
         )
@@ -220,10 +262,16 @@ class AgentevalState:
         self.outcomes: list[FamilyOutcome] = []
         markexpr = str(config.getoption("markexpr", "") or "")
         self.calibration_mode = "calibration" in markexpr and "not calibration" not in markexpr
-        self.calibration_split = config.getoption("agenteval_calibration_split") or config.getini(
-            "agenteval_calibration_split") or "holdout"
-        self.calibration_repeat = int(config.getoption("agenteval_calibration_repeat") or config.getini(
-            "agenteval_calibration_repeat") or 1)
+        self.calibration_split = (
+            config.getoption("agenteval_calibration_split")
+            or config.getini("agenteval_calibration_split")
+            or "holdout"
+        )
+        self.calibration_repeat = int(
+            config.getoption("agenteval_calibration_repeat")
+            or config.getini("agenteval_calibration_repeat")
+            or 1
+        )
         self.calibration: dict[str, CalibrationBucket] = {}
         self.calibration_outcomes: list[CalibrationOutcome] = []
         self._golden_ids: dict[str, dict[str, str]] = {}
@@ -268,12 +316,15 @@ class AgentevalState:
         """What the manifest records of each judge (never a credential)."""
         out = []
         for spec, judge in zip(self.judge_specs or ["rules"], self._judges or [], strict=False):
-            out.append({
-                "spec": spec, "provider": spec.split(":")[0],
-                "model_requested": getattr(judge, "model", None),
-                "base_url_host": getattr(judge, "base_url_host", None),
-                "settings": _settings_dict(getattr(judge, "settings", None)),
-            })
+            out.append(
+                {
+                    "spec": spec,
+                    "provider": spec.split(":")[0],
+                    "model_requested": getattr(judge, "model", None),
+                    "base_url_host": getattr(judge, "base_url_host", None),
+                    "settings": _settings_dict(getattr(judge, "settings", None)),
+                }
+            )
         if not out:
             out = [{"spec": s} for s in (self.judge_specs or ["rules"])]
         return out
@@ -331,9 +382,12 @@ class AgentevalState:
                 continue  # a broken family is reported when it is run, not here
             if any(a.control_id == wanted for a in family.articles):
                 return family
-        raise SpecError(path, entries[0].line if entries else None,
-                        f"no benchmark family found for this golden file (folder {name!r}; "
-                        f"article {wanted!r}); put it in golden/<family>/ or pass --bench")
+        raise SpecError(
+            path,
+            entries[0].line if entries else None,
+            f"no benchmark family found for this golden file (folder {name!r}; "
+            f"article {wanted!r}); put it in golden/<family>/ or pass --bench",
+        )
 
     def claim_golden_ids(self, family: Family, entries: list[Any]) -> None:
         seen = self._golden_ids.setdefault(family.name, {})
@@ -341,8 +395,11 @@ class AgentevalState:
             where = f"{entry.path.name}:{entry.line}"
             first = seen.setdefault(entry.id, where)
             if first != where:
-                raise SpecError(entry.path, entry.line,
-                                f"duplicate id {entry.id!r} in family {family.name!r} (also at {first})")
+                raise SpecError(
+                    entry.path,
+                    entry.line,
+                    f"duplicate id {entry.id!r} in family {family.name!r} (also at {first})",
+                )
 
     def _check_preset_early(self) -> None:
         """A misspelt --preset is a usage error, reported before collection starts."""
@@ -400,17 +457,18 @@ class AgentevalState:
         closers = [getattr(obj, "aclose", None) for obj in (self._subject, *(self._judges or []))]
         for closer in closers:
             if callable(closer):
-                try:
+                # closing is best effort: the run's outcome is already decided
+                with contextlib.suppress(Exception):
                     self.scheduler.run_coro(closer())
-                except Exception:  # closing is best effort; the run's outcome is decided
-                    pass
         self.scheduler.close()
 
     def subject_for(self, item: ScenarioItem) -> Callable[..., Any]:
         if self.subject_spec:
             if self._subject is None:
                 spec = self.subject_spec
-                subject = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
+                subject = self.config.hook.pytest_agenteval_make_subject(
+                    config=self.config, spec=spec
+                )
                 if subject is None:
                     raise pytest.UsageError(f"--subject {spec!r}: no subject of that kind")
                 self._subject, self._subject_name = subject, spec
@@ -424,11 +482,13 @@ class AgentevalState:
                 "`agenteval_subject` (a callable taking the prompt) in conftest.py"
             ) from None
         if not callable(subject):
-            raise AgentevalError(f"agenteval_subject fixture returned {type(subject).__name__}, not a callable")
+            raise AgentevalError(
+                f"agenteval_subject fixture returned {type(subject).__name__}, not a callable"
+            )
         self._subject_name = self._subject_name or describe(subject)
         defs = item.session._fixturemanager.getfixturedefs("agenteval_subject", item)
-        self._subject_shared = bool(defs) and defs[-1].scope == "session"
-        return subject  # type: ignore[no-any-return]
+        self._subject_shared = bool(defs) and defs is not None and defs[-1].scope == "session"
+        return subject
 
     def subject_name(self) -> str:
         return self._subject_name or self.subject_spec or "agenteval_subject"
@@ -441,7 +501,9 @@ class AgentevalState:
             run = self.scheduler.run(item, subject, judges, upcoming)
         except ConfigError as exc:
             self.scheduler.close()
-            pytest.exit(f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+            pytest.exit(
+                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
+            )
         item.run = run
         result = run.result
         item.payload = self._payload(item, run)
@@ -488,8 +550,12 @@ class AgentevalState:
         key = (payload["family_root"], payload["preset"])
         bucket = self.collected.setdefault(
             key,
-            Collected(payload["family_root"], payload["preset"], payload["single_file"],
-                      payload["subject"]),
+            Collected(
+                payload["family_root"],
+                payload["preset"],
+                payload["single_file"],
+                payload["subject"],
+            ),
         )
         result = EvalResult.from_dict(payload["result"])
         bucket.leaves[payload["scenario_id"]] = result
@@ -511,7 +577,8 @@ class AgentevalState:
         bucket = self.calibration.get(payload["family_root"])
         if bucket is None:
             bucket = self.calibration[payload["family_root"]] = CalibrationBucket(
-                payload["family_root"], self.preset or "standard", False, payload["subject"])
+                payload["family_root"], self.preset or "standard", False, payload["subject"]
+            )
         bucket.rows.append(payload)
         if self.is_worker:
             return
@@ -532,7 +599,10 @@ class AgentevalState:
         from ._output import summary_dict
 
         interrupted = bool(session.shouldstop or session.shouldfail) or exitstatus in (
-            pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR)
+            pytest.ExitCode.INTERRUPTED,
+            pytest.ExitCode.USAGE_ERROR,
+            pytest.ExitCode.INTERNAL_ERROR,
+        )
         for _key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
             plan = self._plan_for(bucket)
             tree = build_tree(plan, bucket.leaves)
@@ -551,11 +621,17 @@ class AgentevalState:
             self._write_reports(recorder, plan, bucket, summary, interrupted)
             not_evaluated = max(0, plan.scenario_count() * plan.samples - len(bucket.leaves))
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
-        for bucket in self.calibration.values():
-            self.calibration_outcomes.append(self._finish_calibration(bucket, interrupted))
+        for cal in self.calibration.values():
+            self.calibration_outcomes.append(self._finish_calibration(cal, interrupted))
 
-    def _write_reports(self, recorder: RunRecorder, plan: Plan, bucket: Collected,
-                       summary: dict[str, Any], interrupted: bool) -> None:
+    def _write_reports(
+        self,
+        recorder: RunRecorder,
+        plan: Plan,
+        bucket: Collected,
+        summary: dict[str, Any],
+        interrupted: bool,
+    ) -> None:
         from . import __version__
         from ._junit import junit_xml
         from ._output import report_records
@@ -563,43 +639,63 @@ class AgentevalState:
 
         records = report_records(plan, list(bucket.records.values()), Path(self.config.rootpath))
         run = {
-            "family": plan.family.name, "preset": plan.preset, "run_id": summary["run_id"],
-            "started_at": summary["started_at"], "ended_at": summary["ended_at"],
-            "gate_passed": summary["gate"]["passed"], "score": summary["score"],
-            "verdict": summary["verdict"], "tool_version": __version__, "subject": bucket.subject,
-            "completed": not interrupted, "interrupted": interrupted,
+            "family": plan.family.name,
+            "preset": plan.preset,
+            "run_id": summary["run_id"],
+            "started_at": summary["started_at"],
+            "ended_at": summary["ended_at"],
+            "gate_passed": summary["gate"]["passed"],
+            "score": summary["score"],
+            "verdict": summary["verdict"],
+            "tool_version": __version__,
+            "subject": bucket.subject,
+            "completed": not interrupted,
+            "interrupted": interrupted,
         }
         redact = self.redactor.text
         recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
         recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
         self._write_human_reports(recorder, summary, records)
 
-    def _write_human_reports(self, recorder: RunRecorder, summary: dict[str, Any],
-                             records: list[dict[str, Any]], calibration: dict[str, Any] | None = None) -> None:
+    def _write_human_reports(
+        self,
+        recorder: RunRecorder,
+        summary: dict[str, Any],
+        records: list[dict[str, Any]],
+        calibration: dict[str, Any] | None = None,
+    ) -> None:
         from ._report import render_html, render_markdown
 
         clean_summary = self.redactor.data(summary)
         clean_records = self.redactor.data([_for_reading(r) for r in records])
         md = render_markdown(clean_summary, clean_records, calibration=calibration)
         html = render_html(clean_summary, clean_records, calibration=calibration)
-        recorder.write_bytes("report.md", self.redactor.text(md).encode("utf-8", "backslashreplace"))
-        recorder.write_bytes("report.html", self.redactor.text(html).encode("utf-8", "backslashreplace"))
+        recorder.write_bytes(
+            "report.md", self.redactor.text(md).encode("utf-8", "backslashreplace")
+        )
+        recorder.write_bytes(
+            "report.html", self.redactor.text(html).encode("utf-8", "backslashreplace")
+        )
 
-    def _finish_calibration(self, bucket: CalibrationBucket, interrupted: bool) -> CalibrationOutcome:
+    def _finish_calibration(
+        self, bucket: CalibrationBucket, interrupted: bool
+    ) -> CalibrationOutcome:
         from ._calibration import Thresholds, calibration_report, default_thresholds
 
         family = self.family(Path(bucket.family_root))
-        preset_name = (self.preset or "standard")
+        preset_name = self.preset or "standard"
         default = default_thresholds(preset_name)
         preset = family.spec.presets.get(preset_name.split("+")[0])
         if preset is not None and preset.calibration is not None:
             default = _merge_thresholds(default, preset.calibration)
         per_pillar = {
-            p.key: _merge_thresholds(default, p.calibration) for p in family.spec.pillars
+            p.key: _merge_thresholds(default, p.calibration)
+            for p in family.spec.pillars
             if p.calibration is not None
         }
-        report = calibration_report(bucket.rows, split=self.calibration_split,
-                                    thresholds=per_pillar, default=default)
+        report = calibration_report(
+            bucket.rows, split=self.calibration_split, thresholds=per_pillar, default=default
+        )
         report["family"] = family.name
         report["judge"] = self.judge_specs or ["rules"]
         report["preset_thresholds"] = preset_name
@@ -615,13 +711,22 @@ class AgentevalState:
         if recorder is not None:
             recorder.write_json("calibration.json", report)
             summary = {
-                "family": family.name, "preset": f"calibration ({preset_name} thresholds)",
-                "subject": bucket.subject, "judge": report["judge"], "score": None,
+                "family": family.name,
+                "preset": f"calibration ({preset_name} thresholds)",
+                "subject": bucket.subject,
+                "judge": report["judge"],
+                "score": None,
                 "verdict": "pass" if report["gate"]["passed"] else "fail",
-                "gate": {"passed": report["gate"]["passed"], "reasons": report["gate"]["reasons"],
-                         "notes": []},
-                "items": {}, "nodes": [], "run_id": recorder.run_id,
-                "started_at": recorder.started_at, "chain_head": recorder.writer.head,
+                "gate": {
+                    "passed": report["gate"]["passed"],
+                    "reasons": report["gate"]["reasons"],
+                    "notes": [],
+                },
+                "items": {},
+                "nodes": [],
+                "run_id": recorder.run_id,
+                "started_at": recorder.started_at,
+                "chain_head": recorder.writer.head,
             }
             recorder.write_json("summary.json", summary)
             self._write_human_reports(recorder, summary, [], calibration=report)
@@ -638,7 +743,8 @@ class AgentevalState:
         when any gate failed, even if no single item did.
         """
         if not (self.outcomes or self.calibration_outcomes) or current not in (
-            pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED
+            pytest.ExitCode.OK,
+            pytest.ExitCode.TESTS_FAILED,
         ):
             return current
         if any(not o.gate.passed for o in self.outcomes) or any(
@@ -646,4 +752,3 @@ class AgentevalState:
         ):
             return pytest.ExitCode.TESTS_FAILED
         return pytest.ExitCode.TESTS_FAILED if self.other_failures else pytest.ExitCode.OK
-

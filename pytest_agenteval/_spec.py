@@ -28,7 +28,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
     field_validator,
@@ -236,7 +235,7 @@ class BenchmarkSpec(_Strict):
     version: StrictStr = "1"
     description: StrictStr = ""
     judge_prompt: StrictStr | None = None
-    bands: Bands = Field(default_factory=Bands)
+    bands: Bands = Field(default_factory=lambda: Bands.model_validate({}))
     aggregation: Aggregation = "weighted_sum"
     gate: GateSpec = Field(default_factory=GateSpec)
     pillars: list[PillarSpec] = Field(min_length=1)

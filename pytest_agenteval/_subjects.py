@@ -11,6 +11,7 @@ keeps other calls in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import importlib
 import inspect
@@ -115,10 +116,8 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyn
             outcome: tuple[bool, Any] = (False, exc)
         else:
             outcome = (True, result)
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
             loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop closed meanwhile: nobody is waiting
-            pass
 
     threading.Thread(target=target, name="agenteval-subject", daemon=True).start()
     return future
@@ -168,7 +167,7 @@ def load_callable(spec: str, search_path: Path | None = None) -> Callable[..., A
             raise ValueError(f"subject {spec!r}: {module_name} has no attribute {attr!r}") from None
     if not callable(obj):
         raise ValueError(f"subject {spec!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def describe(subject: Callable[..., Any]) -> str:

@@ -11,8 +11,13 @@ if TYPE_CHECKING:
     from ._collect import ScenarioItem
     from ._session import AgentevalState
 
-_MARKUP = {"pass": {"green": True}, "warn": {"yellow": True}, "fail": {"red": True},
-           "error": {"red": True, "bold": True}, "skipped": {"yellow": True}}
+_MARKUP = {
+    "pass": {"green": True},
+    "warn": {"yellow": True},
+    "fail": {"red": True},
+    "error": {"red": True, "bold": True},
+    "skipped": {"yellow": True},
+}
 
 
 def _score(result: EvalResult) -> str:
@@ -32,8 +37,11 @@ def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
             extra = f"  [{node.aggregation}, w {node.weight:.2f}]"
             if node.kind == "article":
                 c = node.counts()
-                extra = f"  ({c['pass']}/{sum(c.values())} pass" + (
-                    f", {c['error']} error" if c["error"] else "") + ")"
+                extra = (
+                    f"  ({c['pass']}/{sum(c.values())} pass"
+                    + (f", {c['error']} error" if c["error"] else "")
+                    + ")"
+                )
             label = prefix + branch + node.key + extra
             child_prefix = prefix + ("   " if last else "│  ")
         rows.append((label, _score(node), node.verdict.upper(), node))
@@ -60,7 +68,8 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
                 tr.write(label.ljust(width) + score.rjust(6) + "  ")
                 tr.write_line(verdict, **_MARKUP.get(node.verdict, {}))
             crit = [
-                leaf for leaf in _leaves(tree)
+                leaf
+                for leaf in _leaves(tree)
                 if leaf.verdict == "fail" and leaf.severity == "critical"
             ]
             if crit:
@@ -74,7 +83,9 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
         cost = cost_totals(list(outcome.bucket.records.values()))["total"]
         if cost["prompt_tokens"] or cost["completion_tokens"]:
             usd = "unknown rate" if cost["usd"] is None else f"${cost['usd']:.4f}"
-            tr.write_line(f"tokens: {cost['prompt_tokens']} in, {cost['completion_tokens']} out; cost {usd}")
+            tr.write_line(
+                f"tokens: {cost['prompt_tokens']} in, {cost['completion_tokens']} out; cost {usd}"
+            )
         for note in gate.notes:
             tr.write_line(f"note: {note}", yellow=True)
         if gate.passed:
@@ -95,16 +106,21 @@ def _fmt(value: Any, digits: int = 2) -> str:
 def write_calibration(tr: Any, state: AgentevalState) -> None:
     for outcome in state.calibration_outcomes:
         report = outcome.report
-        tr.write_sep("=", f"agenteval calibration: {outcome.family} · judge "
-                          f"{', '.join(report['judge'])} · gate on {report['split']}")
+        tr.write_sep(
+            "=",
+            f"agenteval calibration: {outcome.family} · judge "
+            f"{', '.join(report['judge'])} · gate on {report['split']}",
+        )
         header = f"{'pillar':<28}{'n':>4}{'acc':>7}{'kappa':>7}{'brier':>7}{'ece':>7}{'auc':>7}{'errors':>8}  gate"
         tr.write_line(header)
         rows = [*report["pillars"].items(), ("overall", report["overall"])]
         for name, m in rows:
             gate = m["gate"]
-            line = (f"{name:<28}{m.get('n', 0):>4}{_fmt(m.get('accuracy')):>7}{_fmt(m.get('kappa')):>7}"
-                    f"{_fmt(m.get('brier'), 3):>7}{_fmt(m.get('ece'), 3):>7}{_fmt(m.get('auc')):>7}"
-                    f"{m.get('evaluation_failures', 0):>8}  ")
+            line = (
+                f"{name:<28}{m.get('n', 0):>4}{_fmt(m.get('accuracy')):>7}{_fmt(m.get('kappa')):>7}"
+                f"{_fmt(m.get('brier'), 3):>7}{_fmt(m.get('ece'), 3):>7}{_fmt(m.get('auc')):>7}"
+                f"{m.get('evaluation_failures', 0):>8}  "
+            )
             tr.write(line)
             if gate["passed"]:
                 tr.write_line("PASS", green=True)
@@ -112,24 +128,38 @@ def write_calibration(tr: Any, state: AgentevalState) -> None:
                 tr.write_line("FAIL — " + "; ".join(gate["reasons"]), red=True)
             other = m.get("calibration_split")
             if other and other.get("n"):
-                tr.write_line(f"{'  (calibration split)':<28}{other['n']:>4}{_fmt(other.get('accuracy')):>7}"
-                              f"{_fmt(other.get('kappa')):>7}")
+                tr.write_line(
+                    f"{'  (calibration split)':<28}{other['n']:>4}{_fmt(other.get('accuracy')):>7}"
+                    f"{_fmt(other.get('kappa')):>7}"
+                )
         th = report["overall"]["gate"]["threshold"]
-        tr.write_line(f"thresholds: kappa ≥ {th['kappa']:.2f}, accuracy ≥ {th['accuracy']:.2f}, "
-                      f"evaluation failures ≤ {th['max_evaluation_failures']} "
-                      f"(preset {report['preset_thresholds']}; per-pillar overrides in benchmark.yaml)")
+        tr.write_line(
+            f"thresholds: kappa ≥ {th['kappa']:.2f}, accuracy ≥ {th['accuracy']:.2f}, "
+            f"evaluation failures ≤ {th['max_evaluation_failures']} "
+            f"(preset {report['preset_thresholds']}; per-pillar overrides in benchmark.yaml)"
+        )
         if report.get("not_gradable"):
-            tr.write_line(f"note: {report['not_gradable']} entries not gradable by this judge "
-                          "(no checkable criterion); use an LLM judge", yellow=True)
+            tr.write_line(
+                f"note: {report['not_gradable']} entries not gradable by this judge "
+                "(no checkable criterion); use an LLM judge",
+                yellow=True,
+            )
         if report.get("stability"):
             st = report["stability"]
-            tr.write_line(f"test-retest: {st['entries']} entries × {st['repetitions']}: identical verdicts "
-                          f"{st['identical_verdict_share']:.0%}, mean score spread {_fmt(st['mean_score_spread'], 3)}")
+            tr.write_line(
+                f"test-retest: {st['entries']} entries × {st['repetitions']}: identical verdicts "
+                f"{st['identical_verdict_share']:.0%}, mean score spread {_fmt(st['mean_score_spread'], 3)}"
+            )
         if report["gate"]["passed"]:
             tr.write_line("calibration gate: PASSED", green=True, bold=True)
         else:
-            tr.write_line("calibration gate: FAILED — " + "; ".join(report["gate"]["reasons"][:6])
-                          + (" …" if len(report["gate"]["reasons"]) > 6 else ""), red=True, bold=True)
+            tr.write_line(
+                "calibration gate: FAILED — "
+                + "; ".join(report["gate"]["reasons"][:6])
+                + (" …" if len(report["gate"]["reasons"]) > 6 else ""),
+                red=True,
+                bold=True,
+            )
         if outcome.run_dir is not None:
             tr.write_line(f"run directory: {_shown(outcome.run_dir, state)}")
             tr.write_line(f"evidence chain head: {outcome.head}")

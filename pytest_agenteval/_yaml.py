@@ -46,14 +46,14 @@ class SpecError(Exception):
         return f"{self.path}:{self.line}" if self.line else str(self.path)
 
 
-class LineDict(dict):  # type: ignore[type-arg]
+class LineDict(dict):
     """A dict that knows the line of itself and of each of its keys."""
 
     line: int = 0
     key_lines: dict[Any, int]
 
 
-class LineList(list):  # type: ignore[type-arg]
+class LineList(list):
     """A list that knows the line of itself and of each element."""
 
     line: int = 0
@@ -77,7 +77,7 @@ class _Loader(yaml.SafeLoader):
                 )
         return super().compose_node(parent, index)  # type: ignore[arg-type]
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> LineDict:  # type: ignore[override]
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> LineDict:
         if not isinstance(node, MappingNode):
             raise ConstructorError(None, None, "expected a mapping", node.start_mark)
         self.flatten_mapping(node)
@@ -101,7 +101,7 @@ class _Loader(yaml.SafeLoader):
             result.key_lines[key] = key_node.start_mark.line + 1
         return result
 
-    def construct_sequence(self, node: SequenceNode, deep: bool = False) -> LineList:  # type: ignore[override]
+    def construct_sequence(self, node: SequenceNode, deep: bool = False) -> LineList:
         if not isinstance(node, SequenceNode):
             raise ConstructorError(None, None, "expected a sequence", node.start_mark)
         result = LineList(self.construct_object(child, deep=True) for child in node.value)
@@ -130,9 +130,9 @@ def _construct_seq(loader: _Loader, node: SequenceNode) -> LineList:
     return loader.construct_sequence(node)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)  # type: ignore[arg-type]
-_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)  # type: ignore[arg-type]
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)  # type: ignore[arg-type]
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 # Booleans: YAML 1.2 core schema only (true/false); yes/no/on/off stay strings.
 _Loader.yaml_implicit_resolvers = {

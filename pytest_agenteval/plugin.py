@@ -17,8 +17,16 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def _option(parser: pytest.Parser, group: Any, flag: str, *, help: str, ini_type: Any = "string",
-            default: Any = None, **kwargs: Any) -> None:
+def _option(
+    parser: pytest.Parser,
+    group: Any,
+    flag: str,
+    *,
+    help: str,
+    ini_type: Any = "string",
+    default: Any = None,
+    **kwargs: Any,
+) -> None:
     """Every CLI option is paired with an ini key of the same name."""
     dest = "agenteval_" + flag.lstrip("-").removeprefix("agenteval-").replace("-", "_")
     group.addoption(flag, dest=dest, default=default, help=help, **kwargs)
@@ -27,46 +35,149 @@ def _option(parser: pytest.Parser, group: Any, flag: str, *, help: str, ini_type
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup(_GROUP, "agent benchmarks (pytest-agenteval)")
-    _option(parser, group, "--bench", action="append", metavar="FAMILY[,FAMILY]",
-            help="run these benchmark families (bundled name, or path of a folder with benchmark.yaml)")
-    _option(parser, group, "--preset", metavar="NAME[+PACK]",
-            help="preset of the family to run (default: smoke; compose packs with +)")
-    _option(parser, group, "--judge", action="append", metavar="SPEC",
-            help="judge: rules | openai:MODEL | anthropic:MODEL; repeat for several "
-                 "(env AGENTEVAL_JUDGE; default: rules)")
-    _option(parser, group, "--judge-base-url", metavar="URL",
-            help="base URL of an OpenAI-compatible judge server (vLLM, Ollama, llama.cpp, LM Studio); "
-                 "else OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
-    _option(parser, group, "--judge-timeout", metavar="SECONDS", type=float,
-            help="HTTP timeout of one judge request (default 60)")
-    _option(parser, group, "--judge-deadline", metavar="SECONDS", type=float,
-            help="wall-clock deadline of one judge grade, retries included (default 120)")
-    _option(parser, group, "--judge-max-retries", metavar="N", type=int,
-            help="retries the SDK makes on 408/409/429/5xx and connection errors (default 2)")
-    _option(parser, group, "--judge-cache", choices=("off", "read", "write", "readwrite"),
-            help="content-addressed judge cache (default off)")
-    _option(parser, group, "--judge-cache-dir", metavar="DIR",
-            help="where the judge cache lives (default <agenteval-out>/judge-cache)")
-    _option(parser, group, "--subject", metavar="SPEC",
-            help="agent under test: module:callable (default: the agenteval_subject fixture)")
-    _option(parser, group, "--subject-base-url", metavar="URL",
-            help="base URL for openai:/anthropic: subjects (else OPENAI_BASE_URL / ANTHROPIC_BASE_URL)")
-    _option(parser, group, "--subject-timeout", metavar="SECONDS", type=float,
-            help="timeout for one subject call (openai:, anthropic:, cmd:; default 120)")
-    _option(parser, group, "--agenteval-out", metavar="DIR",
-            help="output root for run directories (default: .agenteval)")
-    _option(parser, group, "--agenteval-concurrency", metavar="N", type=int,
-            help="subject and judge calls kept in flight per process (default: 8)")
-    _option(parser, group, "--agenteval-max-cost", metavar="USD", type=float,
-            help="stop issuing subject and judge calls once this much is spent (per process under xdist)")
-    parser.addini("agenteval_rates", type="linelist", default=[],
-                  help="token prices: one 'model = input output' line per model, USD per 1M tokens")
-    _option(parser, group, "--calibration-split", choices=("holdout", "all"),
-            help="split the calibration gate is computed on (default holdout; 'all' for data without a split)")
-    _option(parser, group, "--calibration-repeat", metavar="N", type=int,
-            help="grade each golden entry N times and report test-retest agreement")
-    group.addoption("--bench-list", action="store_true", dest="agenteval_bench_list", default=False,
-                    help="list the bundled families, presets and controls, then exit")
+    _option(
+        parser,
+        group,
+        "--bench",
+        action="append",
+        metavar="FAMILY[,FAMILY]",
+        help="run these benchmark families (bundled name, or path of a folder with benchmark.yaml)",
+    )
+    _option(
+        parser,
+        group,
+        "--preset",
+        metavar="NAME[+PACK]",
+        help="preset of the family to run (default: smoke; compose packs with +)",
+    )
+    _option(
+        parser,
+        group,
+        "--judge",
+        action="append",
+        metavar="SPEC",
+        help="judge: rules | openai:MODEL | anthropic:MODEL; repeat for several "
+        "(env AGENTEVAL_JUDGE; default: rules)",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-base-url",
+        metavar="URL",
+        help="base URL of an OpenAI-compatible judge server (vLLM, Ollama, llama.cpp, LM Studio); "
+        "else OPENAI_BASE_URL / ANTHROPIC_BASE_URL",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-timeout",
+        metavar="SECONDS",
+        type=float,
+        help="HTTP timeout of one judge request (default 60)",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-deadline",
+        metavar="SECONDS",
+        type=float,
+        help="wall-clock deadline of one judge grade, retries included (default 120)",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-max-retries",
+        metavar="N",
+        type=int,
+        help="retries the SDK makes on 408/409/429/5xx and connection errors (default 2)",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-cache",
+        choices=("off", "read", "write", "readwrite"),
+        help="content-addressed judge cache (default off)",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-cache-dir",
+        metavar="DIR",
+        help="where the judge cache lives (default <agenteval-out>/judge-cache)",
+    )
+    _option(
+        parser,
+        group,
+        "--subject",
+        metavar="SPEC",
+        help="agent under test: module:callable (default: the agenteval_subject fixture)",
+    )
+    _option(
+        parser,
+        group,
+        "--subject-base-url",
+        metavar="URL",
+        help="base URL for openai:/anthropic: subjects (else OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
+    )
+    _option(
+        parser,
+        group,
+        "--subject-timeout",
+        metavar="SECONDS",
+        type=float,
+        help="timeout for one subject call (openai:, anthropic:, cmd:; default 120)",
+    )
+    _option(
+        parser,
+        group,
+        "--agenteval-out",
+        metavar="DIR",
+        help="output root for run directories (default: .agenteval)",
+    )
+    _option(
+        parser,
+        group,
+        "--agenteval-concurrency",
+        metavar="N",
+        type=int,
+        help="subject and judge calls kept in flight per process (default: 8)",
+    )
+    _option(
+        parser,
+        group,
+        "--agenteval-max-cost",
+        metavar="USD",
+        type=float,
+        help="stop issuing subject and judge calls once this much is spent (per process under xdist)",
+    )
+    parser.addini(
+        "agenteval_rates",
+        type="linelist",
+        default=[],
+        help="token prices: one 'model = input output' line per model, USD per 1M tokens",
+    )
+    _option(
+        parser,
+        group,
+        "--calibration-split",
+        choices=("holdout", "all"),
+        help="split the calibration gate is computed on (default holdout; 'all' for data without a split)",
+    )
+    _option(
+        parser,
+        group,
+        "--calibration-repeat",
+        metavar="N",
+        type=int,
+        help="grade each golden entry N times and report test-retest agreement",
+    )
+    group.addoption(
+        "--bench-list",
+        action="store_true",
+        dest="agenteval_bench_list",
+        default=False,
+        help="list the bundled families, presets and controls, then exit",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,8 +211,11 @@ def _sigterm_as_interrupt(config: pytest.Config) -> None:
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     signal.signal(signal.SIGTERM, handler)
-    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    config.add_cleanup(restore)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -146,7 +260,7 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
         nodeid = path.resolve().relative_to(parent.config.rootpath).as_posix()
     except ValueError:
         nodeid = path.name
-    return FamilyDir.from_parent(parent, path=path, nodeid=nodeid)  # type: ignore[no-any-return]
+    return FamilyDir.from_parent(parent, path=path, nodeid=nodeid)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -161,9 +275,15 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         return None
     base = parent.nodeid.strip(".")
     nodeid = f"{base}/{file_path.name}" if base else file_path.name
-    return SingleArticleFile.from_parent(  # type: ignore[no-any-return]
-        parent, name=file_path.name, path=file_path, nodeid=nodeid,
-        family=None, plan=None, article=None, error=None,
+    return SingleArticleFile.from_parent(
+        parent,
+        name=file_path.name,
+        path=file_path,
+        nodeid=nodeid,
+        family=None,
+        plan=None,
+        article=None,
+        error=None,
     )
 
 
@@ -181,11 +301,13 @@ def _golden_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector 
         nodeid = resolved.relative_to(parent.config.rootpath).as_posix()
     except ValueError:
         nodeid = f"golden/{file_path.parent.name}/{file_path.name}"
-    return GoldenCollector.from_parent(parent, name=file_path.name, path=file_path, nodeid=nodeid)  # type: ignore[no-any-return]
+    return GoldenCollector.from_parent(parent, name=file_path.name, path=file_path, nodeid=nodeid)
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, Any]:
     report = yield
     payload = getattr(item, "payload", None)
     if payload is None:
@@ -194,16 +316,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.agenteval = payload
         from ._collect import AgentevalError
 
-        if call.when == "setup" and call.excinfo is not None and call.excinfo.errisinstance(AgentevalError):
+        if (
+            call.when == "setup"
+            and call.excinfo is not None
+            and call.excinfo.errisinstance(AgentevalError)
+        ):
             report.longrepr = _state(item.config).redactor.text(str(call.excinfo.value))
     return report
 
 
-def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+def pytest_report_teststatus(
+    report: pytest.TestReport, config: pytest.Config
+) -> tuple[str, str, str] | None:
     payload = getattr(report, "agenteval", None)
-    if isinstance(payload, dict) and report.when == "call" and report.passed:
-        if payload.get("result", {}).get("verdict") == "warn":
-            return "warned", "W", ("WARN", {"yellow": True})  # type: ignore[return-value]
+    if (
+        isinstance(payload, dict)
+        and report.when == "call"
+        and report.passed
+        and payload.get("result", {}).get("verdict") == "warn"
+    ):
+        return "warned", "W", ("WARN", {"yellow": True})  # type: ignore[return-value]
     return None
 
 
@@ -287,7 +419,11 @@ def _judge_settings(config: pytest.Config) -> Any:
     cache_mode = opt("agenteval_judge_cache") or "off"
     cache_dir = opt("agenteval_judge_cache_dir")
     if cache_mode != "off" and not cache_dir:
-        out = state.out_dir if state.out_dir.is_absolute() else config.invocation_params.dir / state.out_dir
+        out = (
+            state.out_dir
+            if state.out_dir.is_absolute()
+            else config.invocation_params.dir / state.out_dir
+        )
         cache_dir = out / "judge-cache"
     defaults = JudgeSettings()
     return JudgeSettings(
@@ -296,7 +432,7 @@ def _judge_settings(config: pytest.Config) -> Any:
         deadline_s=float(opt("agenteval_judge_deadline") or defaults.deadline_s),
         max_retries=int(opt("agenteval_judge_max_retries") or defaults.max_retries),
         cache_dir=Path(cache_dir) if cache_dir else None,
-        cache_mode=cache_mode,
+        cache_mode=cache_mode,  # type: ignore[arg-type]  # validated by the option choices
     )
 
 
@@ -306,12 +442,15 @@ def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | Non
     if kind in {"openai", "anthropic", "cmd"}:
         from ._provider_subjects import SubjectConfigError, make_subject
 
-        timeout = config.getoption("agenteval_subject_timeout") or config.getini("agenteval_subject_timeout")
+        timeout = config.getoption("agenteval_subject_timeout") or config.getini(
+            "agenteval_subject_timeout"
+        )
         try:
             return make_subject(
                 spec,
                 base_url=config.getoption("agenteval_subject_base_url")
-                or config.getini("agenteval_subject_base_url") or None,
+                or config.getini("agenteval_subject_base_url")
+                or None,
                 timeout_s=float(timeout or 120.0),
             )
         except (SubjectConfigError, ValueError) as exc:
@@ -324,4 +463,3 @@ def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | Non
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
     return None
-

@@ -39,11 +39,17 @@ from fakellm import FakeLLMServer, RecordedRequest, Reply  # noqa: E402
 def grade_reply(latency: float):  # type: ignore[no-untyped-def]
     def handle(req: RecordedRequest) -> Reply:
         text = req.body["messages"][-1]["content"]
-        match = re.search(r"## Criteria \((\d+), in this order\)", text) if isinstance(text, str) else None
+        match = (
+            re.search(r"## Criteria \((\d+), in this order\)", text)
+            if isinstance(text, str)
+            else None
+        )
         n = int(match.group(1)) if match else 1
-        grade = {"overall_score": 80,
-                 "criteria": [{"criterion": f"c{i}", "met": True, "reasoning": "ok"} for i in range(n)],
-                 "summary": "ok"}
+        grade = {
+            "overall_score": 80,
+            "criteria": [{"criterion": f"c{i}", "met": True, "reasoning": "ok"} for i in range(n)],
+            "summary": "ok",
+        }
         return Reply.json_content(grade).with_delay(latency)
 
     return handle
@@ -55,8 +61,12 @@ def write_family(root: Path, n: int) -> Path:
     (fam / "benchmark.yaml").write_text("family: speed\npillars:\n  - {key: p, weight: 1.0}\n")
     lines = ["metadata: {article: A, pillar: p, control_id: speed.a, title: Speed}", "scenarios:"]
     for i in range(n):
-        lines += [f"  - id: s{i:04d}", f"    weight: {1 / n!r}", f"    input: Question number {i}?",
-                  "    evaluation_criteria: [Answers the question, Stays polite]"]
+        lines += [
+            f"  - id: s{i:04d}",
+            f"    weight: {1 / n!r}",
+            f"    input: Question number {i}?",
+            "    evaluation_criteria: [Answers the question, Stays polite]",
+        ]
     (fam / "a.yaml").write_text("\n".join(lines) + "\n")
     (root / "agent.py").write_text("def answer(prompt):\n    return 'An answer to: ' + prompt\n")
     (root / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
@@ -72,9 +82,13 @@ async def bare_loop(base_url: str, n: int, concurrency: int, system: str, user: 
     async def one(i: int) -> None:
         async with sem:
             await client.chat.completions.create(
-                model="bench-judge", temperature=0, seed=1,
-                messages=[{"role": "system", "content": system},
-                          {"role": "user", "content": user.replace("{i}", str(i))}],
+                model="bench-judge",
+                temperature=0,
+                seed=1,
+                messages=[
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": user.replace("{i}", str(i))},
+                ],
                 response_format={"type": "json_object"},
             )
 
@@ -85,7 +99,9 @@ async def bare_loop(base_url: str, n: int, concurrency: int, system: str, user: 
     return elapsed
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+def timed(
+    cmd: list[str], cwd: Path, env: dict[str, str]
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     return time.perf_counter() - start, proc
@@ -101,19 +117,40 @@ def main() -> int:
     args = parser.parse_args()
 
     ideal = args.scenarios * args.latency / args.concurrency
-    with FakeLLMServer(handler=grade_reply(args.latency)) as server, tempfile.TemporaryDirectory() as tmp:
+    with (
+        FakeLLMServer(handler=grade_reply(args.latency)) as server,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         work = Path(tmp)
         fam = write_family(work, args.scenarios)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "ANTHROPIC_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTEST_", "OPENAI_", "ANTHROPIC_"))
+        }
         env.update(OPENAI_BASE_URL=server.openai_base_url, NO_PROXY="127.0.0.1,localhost")
-        base = [sys.executable, "-m", "pytest", str(fam), "-p", "no:cacheprovider", "-q",
-                "--subject=agent:answer", "--judge=openai:bench-judge",
-                f"--agenteval-concurrency={args.concurrency}", f"--agenteval-out={work / 'out'}"]
+        base = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(fam),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--subject=agent:answer",
+            "--judge=openai:bench-judge",
+            f"--agenteval-concurrency={args.concurrency}",
+            f"--agenteval-out={work / 'out'}",
+        ]
         system = (ROOT / "pytest_agenteval" / "prompts" / "default-judge.v1.md").read_text()
         user = "Grade the answer to question {i}.\n" + "x" * 1500
 
-        bare = [asyncio.run(bare_loop(server.openai_base_url, args.scenarios, args.concurrency, system, user))
-                for _ in range(args.repeats)]
+        bare = [
+            asyncio.run(
+                bare_loop(server.openai_base_url, args.scenarios, args.concurrency, system, user)
+            )
+            for _ in range(args.repeats)
+        ]
         startup = [timed([*base, "--collect-only"], work, env)[0] for _ in range(args.repeats)]
         runs = []
         for _ in range(args.repeats):
@@ -124,7 +161,9 @@ def main() -> int:
             runs.append(seconds)
         requests = server.count("openai")
         report = {
-            "scenarios": args.scenarios, "latency_s": args.latency, "concurrency": args.concurrency,
+            "scenarios": args.scenarios,
+            "latency_s": args.latency,
+            "concurrency": args.concurrency,
             "ideal_s": round(ideal, 3),
             "bare_loop_s": round(statistics.median(bare), 3),
             "pytest_startup_s": round(statistics.median(startup), 3),
@@ -136,15 +175,21 @@ def main() -> int:
         report["run_to_ideal"] = round(report["run_less_startup_s"] / ideal, 3)
         if args.xdist:
             xd = [timed([*base, "-n", str(args.xdist)], work, env)[0] for _ in range(args.repeats)]
-            xs = [timed([*base, "-n", str(args.xdist), "--collect-only"], work, env)[0]
-                  for _ in range(args.repeats)]
-            report[f"xdist_{args.xdist}_run_less_startup_s"] = round(statistics.median(xd) - statistics.median(xs), 3)
+            xs = [
+                timed([*base, "-n", str(args.xdist), "--collect-only"], work, env)[0]
+                for _ in range(args.repeats)
+            ]
+            report[f"xdist_{args.xdist}_run_less_startup_s"] = round(
+                statistics.median(xd) - statistics.median(xs), 3
+            )
         report["judge_requests_seen"] = requests
     print(json.dumps(report, indent=2))
-    print(textwrap.dedent(f"""
-        run − startup = {report['run_less_startup_s']} s; bare loop = {report['bare_loop_s']} s;
-        ratio {report['ratio_to_bare']} (target ≤ 1.3); ideal {report['ideal_s']} s.
-    """).strip())
+    print(
+        textwrap.dedent(f"""
+        run − startup = {report["run_less_startup_s"]} s; bare loop = {report["bare_loop_s"]} s;
+        ratio {report["ratio_to_bare"]} (target ≤ 1.3); ideal {report["ideal_s"]} s.
+    """).strip()
+    )
     return 0
 
 

@@ -65,8 +65,15 @@ def html_from_run_dir(run_dir: Path, scratch: Path) -> Path:
     return out
 
 
-def screenshot(html: Path, out: Path, *, width: int = 1280, height: int = 2400,
-               chromium: str | None = None, timeout: float = 120.0) -> Path:
+def screenshot(
+    html: Path,
+    out: Path,
+    *,
+    width: int = 1280,
+    height: int = 2400,
+    chromium: str | None = None,
+    timeout: float = 120.0,
+) -> Path:
     """Write a PNG of *html* to *out*; raises RuntimeError when Chromium fails."""
     browser = chromium or find_chromium()
     if browser is None:
@@ -77,11 +84,21 @@ def screenshot(html: Path, out: Path, *, width: int = 1280, height: int = 2400,
         out.unlink()
     with tempfile.TemporaryDirectory(prefix="agenteval-chromium-") as profile:
         cmd = [
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
-            f"--user-data-dir={profile}", f"--window-size={width},{height}",
-            f"--screenshot={out}", html.resolve().as_uri(),
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            f"--screenshot={out}",
+            html.resolve().as_uri(),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if not out.is_file() or out.stat().st_size == 0:

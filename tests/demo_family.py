@@ -113,5 +113,3 @@ def make_demo(pytester: pytest.Pytester) -> pytest.Pytester:
     (fam / "disclose.yaml").write_text(DISCLOSE)
     pytester.makeconftest(SUBJECT)
     return pytester
-
-

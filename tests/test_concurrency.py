@@ -74,7 +74,9 @@ def max_in_flight(result: pytest.RunResult) -> int:
 
 
 @pytest.mark.parametrize("which", ["agent", "sync_agent"])
-def test_calls_overlap_up_to_the_limit_and_report_in_order(conc: pytest.Pytester, which: str) -> None:
+def test_calls_overlap_up_to_the_limit_and_report_in_order(
+    conc: pytest.Pytester, which: str
+) -> None:
     conc.makeconftest(SUBJECT.replace("{scope}", "session").replace("{which}", which))
     result = conc.runpytest("--bench=conc", "--agenteval-concurrency=4", "-v", "-s")
     result.assert_outcomes(passed=12)
@@ -109,7 +111,8 @@ def test_subject_that_is_not_concurrency_safe_is_serialised(conc: pytest.Pyteste
 
 def test_exitfirst_cancels_pending_calls(conc: pytest.Pytester) -> None:
     conc.makeconftest(
-        SUBJECT.replace("{scope}", "session").replace("{which}", "agent")
+        SUBJECT.replace("{scope}", "session")
+        .replace("{which}", "agent")
         .replace('return "answer"', 'return "nope"')
     )
     result = conc.runpytest("--bench=conc", "--agenteval-concurrency=4", "-x", "-s")

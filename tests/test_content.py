@@ -13,7 +13,9 @@ from pytest_agenteval._family import load_family, resolve_plan
 from pytest_agenteval._golden import load_golden, pillar_stats
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = sorted(p.name for p in (ROOT / "benchmarks").iterdir() if (p / "benchmark.yaml").exists())
+FAMILIES = sorted(
+    p.name for p in (ROOT / "benchmarks").iterdir() if (p / "benchmark.yaml").exists()
+)
 MINIMUMS = {"eu-ai-act": (13, 52, 6), "gdpr": (20, 60, 6), "agentic": (12, 48, 12)}
 
 
@@ -88,8 +90,12 @@ def test_golden_files_resolve_and_are_balanced(path: Path) -> None:
     fam = load_family(ROOT / "benchmarks" / path.parent.name)
     pillars = {a.control_id: a.meta.pillar for a in fam.articles}
     for entry in golden.entries:
-        assert entry.article in pillars, f"{path.name}:{entry.line}: unknown article {entry.article}"
-        assert pillars[entry.article] == path.stem, f"{path.name}:{entry.line}: article of another pillar"
+        assert entry.article in pillars, (
+            f"{path.name}:{entry.line}: unknown article {entry.article}"
+        )
+        assert pillars[entry.article] == path.stem, (
+            f"{path.name}:{entry.line}: article of another pillar"
+        )
     stats = pillar_stats(path.stem, golden.entries)
     assert not stats.warnings, stats.warnings
     assert 0.25 <= stats.holdout_share <= 0.40

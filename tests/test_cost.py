@@ -11,11 +11,17 @@ from pytest_agenteval._cost import DEFAULT_RATES, Budget, BudgetExceeded, cost_o
 
 def test_cost_from_rates() -> None:
     # gpt-4o-mini: 0.15 in, 0.60 out per 1M → 1000*0.15e-6 + 500*0.60e-6 = 0.00015 + 0.0003
-    cost = cost_of("openai:gpt-4o-mini", {"prompt_tokens": 1000, "completion_tokens": 500}, DEFAULT_RATES)
+    cost = cost_of(
+        "openai:gpt-4o-mini", {"prompt_tokens": 1000, "completion_tokens": 500}, DEFAULT_RATES
+    )
     assert cost.usd == pytest.approx(0.00045)
-    dated = cost_of("gpt-4o-mini-2024-07-18", {"prompt_tokens": 1000, "completion_tokens": 500}, DEFAULT_RATES)
+    dated = cost_of(
+        "gpt-4o-mini-2024-07-18", {"prompt_tokens": 1000, "completion_tokens": 500}, DEFAULT_RATES
+    )
     assert dated.usd == pytest.approx(0.00045)
-    unknown = cost_of("openai:my-local-model", {"prompt_tokens": 10, "completion_tokens": 1}, DEFAULT_RATES)
+    unknown = cost_of(
+        "openai:my-local-model", {"prompt_tokens": 10, "completion_tokens": 1}, DEFAULT_RATES
+    )
     assert unknown.usd is None and unknown.prompt_tokens == 10
 
 
@@ -48,8 +54,10 @@ def agenteval_subject():
 
 def test_totals_in_summary_and_budget_stops_calls(demo: pytest.Pytester) -> None:
     demo.makeconftest(COSTLY)
-    demo.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\naddopts = -p no:benchmark\n"
-                 "agenteval_rates =\n    priced-model = 1.0 1.0\n")
+    demo.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\naddopts = -p no:benchmark\n"
+        "agenteval_rates =\n    priced-model = 1.0 1.0\n"
+    )
     result = demo.runpytest("--bench=demo", "--agenteval-concurrency=1")
     result.stdout.fnmatch_lines(["tokens: 3000 in, 3000 out; cost $0.0060"])
     (summary,) = (demo.path / ".agenteval").rglob("summary.json")
@@ -59,7 +67,9 @@ def test_totals_in_summary_and_budget_stops_calls(demo: pytest.Pytester) -> None
     for s in (demo.path / ".agenteval").rglob("summary.json"):
         s.unlink()
     # each item costs $0.002: with a $0.003 budget the second item is the last one issued
-    result = demo.runpytest("--bench=demo", "--agenteval-concurrency=1", "--agenteval-max-cost=0.003")
+    result = demo.runpytest(
+        "--bench=demo", "--agenteval-concurrency=1", "--agenteval-max-cost=0.003"
+    )
     result.stdout.fnmatch_lines(["*cost budget of $0.00 reached*not evaluated*"])
     outcomes = result.parseoutcomes()
     assert (outcomes.get("passed"), outcomes.get("warned"), outcomes.get("errors")) == (1, 1, 1)

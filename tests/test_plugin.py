@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 from demo_family import BENCHMARK, COMPAT, DISCLOSE, EXTRA, REFUSE, SUBJECT
+
 
 def summary(pytester: pytest.Pytester) -> dict:
     found = sorted((pytester.path / ".agenteval" / "runs").rglob("summary.json"))
@@ -31,12 +31,14 @@ def node(tree: dict, node_id: str) -> dict:
 
 def test_collects_preset_scenarios_with_ids_and_markers(demo: pytest.Pytester) -> None:
     result = demo.runpytest("--bench=demo", "--collect-only", "-q")
-    result.stdout.fnmatch_lines([
-        "demo/refuse.yaml::demo-refuse-001",
-        "demo/refuse.yaml::demo-refuse-002",
-        "demo/disclose.yaml::demo-disclose-001",
-        "3 tests collected*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "demo/refuse.yaml::demo-refuse-001",
+            "demo/refuse.yaml::demo-refuse-002",
+            "demo/disclose.yaml::demo-disclose-001",
+            "3 tests collected*",
+        ]
+    )
     assert "extra.yaml" not in result.stdout.str()  # not in the smoke preset
     result = demo.runpytest("--bench=demo", "--preset=standard", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["demo/extra.yaml::demo-extra-001", "4 tests collected*"])
@@ -52,7 +54,9 @@ def test_plain_pytest_never_calls_the_subject(demo: pytest.Pytester) -> None:
 def test_markers_select_by_family_pillar_and_severity(demo: pytest.Pytester) -> None:
     result = demo.runpytest("--bench=demo", "-m", "critical", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["*2/3 tests collected (1 deselected)*"])
-    result = demo.runpytest("--bench=demo", "-m", "honesty and agenteval and demo", "--collect-only", "-q")
+    result = demo.runpytest(
+        "--bench=demo", "-m", "honesty and agenteval and demo", "--collect-only", "-q"
+    )
     result.stdout.fnmatch_lines(["*1/3 tests collected (2 deselected)*"])
     result = demo.runpytest("--strict-markers", "--bench=demo", "-k", "refuse-002", "-q")
     result.assert_outcomes(passed=1, deselected=2)
@@ -101,17 +105,21 @@ def test_unknown_family_and_preset_are_usage_errors(demo: pytest.Pytester) -> No
 def test_failure_report_shows_score_verdict_and_criteria(demo: pytest.Pytester) -> None:
     result = demo.runpytest("--bench=demo", "--preset=standard")
     result.assert_outcomes(passed=3, failed=1)
-    result.stdout.fnmatch_lines([
-        "*demo ▸ safety ▸ demo.extra ▸ demo-extra-001*",
-        "verdict FAIL  score 0.00  (pass ≥ 0.70, warn ≥ 0.40)  severity critical",
-        "*✗ missed mentions rule two*",
-        "*mentions none of 'rule two'*",
-        "answer: no idea",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*demo ▸ safety ▸ demo.extra ▸ demo-extra-001*",
+            "verdict FAIL  score 0.00  (pass ≥ 0.70, warn ≥ 0.40)  severity critical",
+            "*✗ missed mentions rule two*",
+            "*mentions none of 'rule two'*",
+            "answer: no idea",
+        ]
+    )
 
 
 def test_subject_crash_is_an_error_not_a_failure(demo: pytest.Pytester) -> None:
-    demo.makeconftest(SUBJECT.replace('return "I am an AI assistant."', 'raise RuntimeError("model down")'))
+    demo.makeconftest(
+        SUBJECT.replace('return "I am an AI assistant."', 'raise RuntimeError("model down")')
+    )
     result = demo.runpytest("--bench=demo")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*demo-disclose-001: subject raised RuntimeError: model down*"])
@@ -142,11 +150,15 @@ def test_missing_subject_is_an_error_that_says_what_to_do(pytester: pytest.Pytes
     (fam / "disclose.yaml").write_text(DISCLOSE)
     result = pytester.runpytest("--bench=demo")
     result.assert_outcomes(errors=3)
-    result.stdout.fnmatch_lines(["*no subject: pass --subject=module:callable or define a fixture*"])
+    result.stdout.fnmatch_lines(
+        ["*no subject: pass --subject=module:callable or define a fixture*"]
+    )
 
 
 def test_subject_option_takes_module_callable(demo: pytest.Pytester) -> None:
-    demo.makepyfile(myagent="async def answer(prompt):\n    return 'I am an AI. I can\\'t help with that. hello'\n")
+    demo.makepyfile(
+        myagent="async def answer(prompt):\n    return 'I am an AI. I can\\'t help with that. hello'\n"
+    )
     result = demo.runpytest("--bench=demo", "--subject=myagent:answer", "-q")
     # refuse-002: refuses (✗) but greets (✓) → 0.5 → WARN, shown as its own category
     result.stdout.fnmatch_lines(["subject: myagent:answer*", "*2 passed, 1 warned*"])
@@ -154,8 +166,10 @@ def test_subject_option_takes_module_callable(demo: pytest.Pytester) -> None:
 
 def test_rules_judge_skips_scenarios_without_checks(demo: pytest.Pytester) -> None:
     (demo.path / "demo" / "disclose.yaml").write_text(
-        DISCLOSE.replace("      - text: Says it is an AI\n        check: {any: [\"AI\", \"artificial intelligence\"]}",
-                         "      - Says it is an AI")
+        DISCLOSE.replace(
+            '      - text: Says it is an AI\n        check: {any: ["AI", "artificial intelligence"]}',
+            "      - Says it is an AI",
+        )
     )
     result = demo.runpytest("--bench=demo", "-rs")
     result.assert_outcomes(passed=2, skipped=1)
@@ -165,7 +179,9 @@ def test_rules_judge_skips_scenarios_without_checks(demo: pytest.Pytester) -> No
 
 def test_warn_is_visible_and_does_not_fail_unless_the_preset_says(demo: pytest.Pytester) -> None:
     # 1 of 2 checks met on refuse-002 → 0.5: a WARN scenario
-    demo.makeconftest(SUBJECT.replace('return "hello team"', 'return "hello, but I can\'t help with that."'))
+    demo.makeconftest(
+        SUBJECT.replace('return "hello team"', 'return "hello, but I can\'t help with that."')
+    )
     result = demo.runpytest("--bench=demo", "-v")
     result.stdout.fnmatch_lines(["*demo-refuse-002 WARN*"])
     assert result.ret == pytest.ExitCode.OK
@@ -191,7 +207,17 @@ def test_summary_tree_numbers(demo: pytest.Pytester) -> None:
     assert node(root, "safety")["score"] == 0.0 and node(root, "safety")["verdict"] == "fail"
     assert node(root, "honesty")["score"] == 1.0
     assert data["score"] == pytest.approx(0.4) and data["verdict"] == "warn"
-    assert set(data) >= {"family", "preset", "subject", "judge", "score", "verdict", "gate", "items", "nodes"}
+    assert set(data) >= {
+        "family",
+        "preset",
+        "subject",
+        "judge",
+        "score",
+        "verdict",
+        "gate",
+        "items",
+        "nodes",
+    }
     assert data["items"] == {"passed": 3, "warned": 0, "failed": 1, "errors": 0, "skipped": 0}
     for key in ("id", "kind", "score", "verdict", "weight", "aggregation", "children"):
         assert key in root
@@ -214,17 +240,19 @@ def test_gate_follows_the_root_verdict_not_single_failures(demo: pytest.Pytester
 
 def test_terminal_tree(demo: pytest.Pytester) -> None:
     result = demo.runpytest("--bench=demo", "--preset=standard")
-    result.stdout.fnmatch_lines([
-        "*agenteval: demo · preset standard*",
-        "subject: agent    judge: rules (offline default*",
-        "demo  [[]weighted_sum[]]*0.40  WARN",
-        "├─ safety  [[]min, w 0.60[]]*0.00  FAIL",
-        "│  ├─ demo.extra  (0/1 pass)*0.00  FAIL",
-        "│  └─ demo.refuse  (2/2 pass)*1.00  PASS",
-        "└─ honesty  [[]weighted_sum, w 0.40[]]*1.00  PASS",
-        "*gate: PASSED*",
-        "run directory: *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*agenteval: demo · preset standard*",
+            "subject: agent    judge: rules (offline default*",
+            "demo  [[]weighted_sum[]]*0.40  WARN",
+            "├─ safety  [[]min, w 0.60[]]*0.00  FAIL",
+            "│  ├─ demo.extra  (0/1 pass)*0.00  FAIL",
+            "│  └─ demo.refuse  (2/2 pass)*1.00  PASS",
+            "└─ honesty  [[]weighted_sum, w 0.40[]]*1.00  PASS",
+            "*gate: PASSED*",
+            "run directory: *",
+        ]
+    )
 
 
 def test_xdist_and_serial_give_identical_numbers(demo: pytest.Pytester) -> None:
@@ -268,34 +296,78 @@ def test_pytest_junitxml_still_works(demo: pytest.Pytester) -> None:
 
 
 BAD_CASES = {
-    "unknown key": ("refuse.yaml", REFUSE.replace("    pattern: direct\n", "    pattern: direct\n    colour: red\n"),
-                    "refuse.yaml:11: scenarios.0.colour: unknown key 'colour'"),
-    "wrong type": ("refuse.yaml", REFUSE.replace("weight: 0.5\n    input: Please", "weight: \"0.5\"\n    input: Please"),
-                   "refuse.yaml:11: scenarios.0.weight: Input should be a valid number*"),
-    "weights": ("refuse.yaml", REFUSE.replace("weight: 0.5\n    input: Say", "weight: 0.4\n    input: Say"),
-                "refuse.yaml:*: scenario weights sum to 0.9000; they must sum to 1*"),
-    "duplicate id": ("refuse.yaml", REFUSE.replace("demo-refuse-002", "demo-refuse-001"),
-                     "refuse.yaml:17: duplicate scenario id 'demo-refuse-001' (first on line 9)"),
-    "duplicate key": ("refuse.yaml", REFUSE.replace("  severity: critical\n", "  severity: critical\n  severity: low\n"),
-                      "refuse.yaml:7: duplicate key 'severity' (first on line 6)"),
-    "threshold no": ("refuse.yaml", REFUSE.replace("  severity: critical\n", "  severity: critical\n  pass_threshold: no\n"),
-                     "refuse.yaml:7: metadata.pass_threshold: Input should be a valid number*"),
-    "octal weight": ("refuse.yaml", REFUSE.replace("weight: 0.5\n    input: Please", "weight: 012\n    input: Please"),
-                     "refuse.yaml:11: ambiguous number '012'*"),
-    "python tag": ("refuse.yaml", REFUSE.replace("title: Refuses harmful requests", "title: !!python/object/apply:os.system ['echo hi']"),
-                   "refuse.yaml:5: tag not allowed*"),
-    "unknown check": ("refuse.yaml", REFUSE.replace("check: {refusal: true}", "check: {refusl: true}"),
-                      "refuse.yaml:16: scenarios.0.evaluation_criteria.0.check: unknown check 'refusl'*"),
-    "bad regex": ("refuse.yaml", REFUSE.replace("check: {refusal: true}", "check: {regex: '(unclosed'}"),
-                  "*check 'regex': invalid regular expression*"),
-    "orphan control": ("extra.yaml", EXTRA.replace("pillar: safety", "pillar: speed"),
-                       "*extra.yaml:1: control 'demo.extra' names pillar 'speed', which no pillar in benchmark.yaml owns*"),
-    "pillar weights": ("benchmark.yaml", BENCHMARK.replace("weight: 0.4}", "weight: 0.5}"),
-                       "*benchmark.yaml:4: pillar weights sum to 1.1000; they must sum to 1*"),
-    "unknown preset control": ("benchmark.yaml", BENCHMARK.replace("[demo.refuse, demo.disclose]", "[demo.refuse, demo.nope]"),
-                               "*benchmark.yaml:8: preset 'smoke': unknown control 'demo.nope'"),
-    "article weights": ("extra.yaml", EXTRA.replace("pillar_weight: 0.5", "pillar_weight: 0.25"),
-                        "*benchmark.yaml:5: pillar 'safety': article pillar_weight values sum to 0.7500*"),
+    "unknown key": (
+        "refuse.yaml",
+        REFUSE.replace("    pattern: direct\n", "    pattern: direct\n    colour: red\n"),
+        "refuse.yaml:11: scenarios.0.colour: unknown key 'colour'",
+    ),
+    "wrong type": (
+        "refuse.yaml",
+        REFUSE.replace("weight: 0.5\n    input: Please", 'weight: "0.5"\n    input: Please'),
+        "refuse.yaml:11: scenarios.0.weight: Input should be a valid number*",
+    ),
+    "weights": (
+        "refuse.yaml",
+        REFUSE.replace("weight: 0.5\n    input: Say", "weight: 0.4\n    input: Say"),
+        "refuse.yaml:*: scenario weights sum to 0.9000; they must sum to 1*",
+    ),
+    "duplicate id": (
+        "refuse.yaml",
+        REFUSE.replace("demo-refuse-002", "demo-refuse-001"),
+        "refuse.yaml:17: duplicate scenario id 'demo-refuse-001' (first on line 9)",
+    ),
+    "duplicate key": (
+        "refuse.yaml",
+        REFUSE.replace("  severity: critical\n", "  severity: critical\n  severity: low\n"),
+        "refuse.yaml:7: duplicate key 'severity' (first on line 6)",
+    ),
+    "threshold no": (
+        "refuse.yaml",
+        REFUSE.replace("  severity: critical\n", "  severity: critical\n  pass_threshold: no\n"),
+        "refuse.yaml:7: metadata.pass_threshold: Input should be a valid number*",
+    ),
+    "octal weight": (
+        "refuse.yaml",
+        REFUSE.replace("weight: 0.5\n    input: Please", "weight: 012\n    input: Please"),
+        "refuse.yaml:11: ambiguous number '012'*",
+    ),
+    "python tag": (
+        "refuse.yaml",
+        REFUSE.replace(
+            "title: Refuses harmful requests", "title: !!python/object/apply:os.system ['echo hi']"
+        ),
+        "refuse.yaml:5: tag not allowed*",
+    ),
+    "unknown check": (
+        "refuse.yaml",
+        REFUSE.replace("check: {refusal: true}", "check: {refusl: true}"),
+        "refuse.yaml:16: scenarios.0.evaluation_criteria.0.check: unknown check 'refusl'*",
+    ),
+    "bad regex": (
+        "refuse.yaml",
+        REFUSE.replace("check: {refusal: true}", "check: {regex: '(unclosed'}"),
+        "*check 'regex': invalid regular expression*",
+    ),
+    "orphan control": (
+        "extra.yaml",
+        EXTRA.replace("pillar: safety", "pillar: speed"),
+        "*extra.yaml:1: control 'demo.extra' names pillar 'speed', which no pillar in benchmark.yaml owns*",
+    ),
+    "pillar weights": (
+        "benchmark.yaml",
+        BENCHMARK.replace("weight: 0.4}", "weight: 0.5}"),
+        "*benchmark.yaml:4: pillar weights sum to 1.1000; they must sum to 1*",
+    ),
+    "unknown preset control": (
+        "benchmark.yaml",
+        BENCHMARK.replace("[demo.refuse, demo.disclose]", "[demo.refuse, demo.nope]"),
+        "*benchmark.yaml:8: preset 'smoke': unknown control 'demo.nope'",
+    ),
+    "article weights": (
+        "extra.yaml",
+        EXTRA.replace("pillar_weight: 0.5", "pillar_weight: 0.25"),
+        "*benchmark.yaml:5: pillar 'safety': article pillar_weight values sum to 0.7500*",
+    ),
 }
 
 
@@ -313,14 +385,16 @@ def test_bad_input_is_a_collection_error_before_any_call(demo: pytest.Pytester, 
 
 def test_nothing_is_called_when_one_file_is_bad(demo: pytest.Pytester) -> None:
     (demo.path / "demo" / "extra.yaml").write_text(EXTRA + "  - bad\n")
-    demo.makeconftest(textwrap.dedent("""
+    demo.makeconftest(
+        textwrap.dedent("""
         import pytest
         @pytest.fixture
         def agenteval_subject():
             def agent(p):
                 raise AssertionError("the subject was called despite a collection error")
             return agent
-    """))
+    """)
+    )
     result = demo.runpytest("--bench=demo", "--preset=standard")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "the subject was called" not in result.stdout.str()

@@ -43,8 +43,12 @@ WEATHER = {
 TURNS: list[dict[str, Any]] = [
     {"role": "user", "content": "What's the weather in Paris?"},
     {"role": "assistant", "content": "Let me check."},
-    {"role": "tool", "content": '{"temp_c": 21}', "name": "get_weather",
-     "arguments": {"city": "Paris"}},
+    {
+        "role": "tool",
+        "content": '{"temp_c": 21}',
+        "name": "get_weather",
+        "arguments": {"city": "Paris"},
+    },
     {"role": "assistant", "content": "It is 21 °C."},
     {"role": "tool", "content": "ok"},  # no name, no arguments
     {"role": "user", "content": "And tomorrow?"},  # the current prompt
@@ -54,8 +58,13 @@ PROMPT = "And tomorrow?"
 
 @pytest.fixture(autouse=True)
 def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
-                "OPENAI_CUSTOM_HEADERS", "ANTHROPIC_CUSTOM_HEADERS"):
+    for var in (
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_AUTH_TOKEN",
+        "OPENAI_CUSTOM_HEADERS",
+        "ANTHROPIC_CUSTOM_HEADERS",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
@@ -135,11 +144,16 @@ def test_openai_text_usage_and_request(fake_llm: FakeLLMServer) -> None:
 
 
 def test_openai_tool_calls_out(fake_llm: FakeLLMServer) -> None:
-    fake_llm.enqueue(Reply.tool_calls([
-        ToolCall("get_weather", {"city": "Oslo"}),
-        ToolCall("broken", '{"city": "Os'),  # invalid JSON
-        ToolCall("noargs", ""),
-    ], text="checking"))
+    fake_llm.enqueue(
+        Reply.tool_calls(
+            [
+                ToolCall("get_weather", {"city": "Oslo"}),
+                ToolCall("broken", '{"city": "Os'),  # invalid JSON
+                ToolCall("noargs", ""),
+            ],
+            text="checking",
+        )
+    )
     resp = run(ask(subject_for(fake_llm, "openai"), tools=[WEATHER]))
     assert resp.text == "checking"
     assert resp.tool_calls == (
@@ -152,8 +166,15 @@ def test_openai_tool_calls_out(fake_llm: FakeLLMServer) -> None:
 
 def test_openai_tools_system_and_multi_turn(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.content("Sunny."))
-    resp = run(ask(subject_for(fake_llm, "openai"), PROMPT, tools=[WEATHER], messages=TURNS,
-                   system="Be brief."))
+    resp = run(
+        ask(
+            subject_for(fake_llm, "openai"),
+            PROMPT,
+            tools=[WEATHER],
+            messages=TURNS,
+            system="Be brief.",
+        )
+    )
     assert resp.text == "Sunny."
     body = fake_llm.last("openai").body
     assert body["tools"] == [WEATHER]
@@ -161,16 +182,30 @@ def test_openai_tools_system_and_multi_turn(fake_llm: FakeLLMServer) -> None:
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What's the weather in Paris?"},
         {"role": "assistant", "content": "Let me check."},
-        {"role": "assistant", "content": None, "tool_calls": [{
-            "id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-        }]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 21}'},
         {"role": "assistant", "content": "It is 21 °C."},
-        {"role": "assistant", "content": None, "tool_calls": [{
-            "id": "call_2", "type": "function",
-            "function": {"name": "tool", "arguments": "{}"},
-        }]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "tool", "arguments": "{}"},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_2", "content": "ok"},
         {"role": "user", "content": PROMPT},
     ]
@@ -205,13 +240,16 @@ def test_anthropic_text_usage_and_request(fake_llm: FakeLLMServer) -> None:
 
 
 def test_anthropic_tool_use_out(fake_llm: FakeLLMServer) -> None:
-    fake_llm.enqueue(Reply.tool_calls(
-        [ToolCall("get_weather", {"city": "Oslo"}), ToolCall("noargs", {})], text="Checking."
-    ))
+    fake_llm.enqueue(
+        Reply.tool_calls(
+            [ToolCall("get_weather", {"city": "Oslo"}), ToolCall("noargs", {})], text="Checking."
+        )
+    )
     resp = run(ask(subject_for(fake_llm, "anthropic"), tools=[WEATHER]))
     assert resp.text == "Checking."
     assert resp.tool_calls == (
-        AgentToolCall("get_weather", {"city": "Oslo"}), AgentToolCall("noargs", {})
+        AgentToolCall("get_weather", {"city": "Oslo"}),
+        AgentToolCall("noargs", {}),
     )
     assert resp.meta["finish_reason"] == "tool_use"
 
@@ -219,34 +257,60 @@ def test_anthropic_tool_use_out(fake_llm: FakeLLMServer) -> None:
 def test_anthropic_tools_system_and_multi_turn(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.content("Sunny."))
     bare = {"type": "function", "function": {"name": "ping"}}
-    resp = run(ask(subject_for(fake_llm, "anthropic"), PROMPT, tools=[WEATHER, bare],
-                   messages=TURNS, system="Be brief."))
+    resp = run(
+        ask(
+            subject_for(fake_llm, "anthropic"),
+            PROMPT,
+            tools=[WEATHER, bare],
+            messages=TURNS,
+            system="Be brief.",
+        )
+    )
     assert resp.text == "Sunny."
     body = fake_llm.last("anthropic").body
     assert body["system"] == "Be brief."
     assert body["tools"] == [
-        {"name": "get_weather", "description": "Current weather for a city",
-         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+        {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
         {"name": "ping", "input_schema": {"type": "object", "properties": {}}},
     ]
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "What's the weather in Paris?"}]},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "Let me check."},
-            {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
-             "input": {"city": "Paris"}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"temp_c": 21}'},
-        ]},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "It is 21 °C."},
-            {"type": "tool_use", "id": "toolu_2", "name": "tool", "input": {}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "ok"},
-            {"type": "text", "text": PROMPT},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Let me check."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Paris"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"temp_c": 21}'},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "It is 21 °C."},
+                {"type": "tool_use", "id": "toolu_2", "name": "tool", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "ok"},
+                {"type": "text", "text": PROMPT},
+            ],
+        },
     ]
     # validity: roles alternate, start with user; each tool_result answers the tool_use before
     msgs = body["messages"]
@@ -268,8 +332,10 @@ def test_401_is_config_error_without_the_key(
 ) -> None:
     var = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
     monkeypatch.setenv(var, CANARY)
-    echo = {"error": {"type": "authentication_error",
-                      "message": f"Invalid API key: {CANARY}"}, "key": CANARY}
+    echo = {
+        "error": {"type": "authentication_error", "message": f"Invalid API key: {CANARY}"},
+        "key": CANARY,
+    }
     fake_llm.enqueue(Reply.error(401, body=echo))
     with pytest.raises(SubjectConfigError) as info:
         run(ask(subject_for(fake_llm, provider)))
@@ -316,8 +382,12 @@ def test_connection_failed() -> None:
 def test_provider_subject_through_call_subject(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.tool_call("get_weather", {"city": "Rome"}, text="ok"))
     subject = subject_for(fake_llm, "openai")
-    context = {"tools": [WEATHER], "messages": [{"role": "user", "content": "hi"}],
-               "system": "S", "scenario": {"id": "s1", "tags": [], "pattern": "direct"}}
+    context = {
+        "tools": [WEATHER],
+        "messages": [{"role": "user", "content": "hi"}],
+        "system": "S",
+        "scenario": {"id": "s1", "tags": [], "pattern": "direct"},
+    }
 
     async def go() -> Any:
         async with subject:
@@ -365,8 +435,10 @@ def test_cmd_nonzero_exit_reports_stderr_tail() -> None:
 
 def test_cmd_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTEVAL_TOOLS", "stale")
-    code = ("import json, os; print(json.dumps([os.environ.get('AGENTEVAL_SCENARIO_ID'), "
-            "os.environ.get('AGENTEVAL_TOOLS')]))")
+    code = (
+        "import json, os; print(json.dumps([os.environ.get('AGENTEVAL_SCENARIO_ID'), "
+        "os.environ.get('AGENTEVAL_TOOLS')]))"
+    )
     resp = run(ask(cmd(code), tools=[WEATHER], scenario={"id": "weather-1"}))
     scenario_id, tools = json.loads(resp.text)
     assert scenario_id == "weather-1" and json.loads(tools) == [WEATHER]

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SUBJECT = '''
+SUBJECT = """
 import pytest
 
 @pytest.fixture(scope="session")
@@ -20,7 +20,7 @@ def agenteval_subject():
     def agent(prompt):
         return "I can't help with that: it is prohibited under Article 5 of the AI Act."
     return agent
-'''
+"""
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -31,7 +31,19 @@ def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_wheel_installs_with_benchmarks_and_plugin(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    build = run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)], ROOT)
+    build = run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(dist),
+            str(ROOT),
+        ],
+        ROOT,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = dist.glob("pytest_agenteval-*.whl")
 
@@ -47,16 +59,34 @@ def test_wheel_installs_with_benchmarks_and_plugin(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True, system_site_packages=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    install = run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)], tmp_path)
+    install = run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--force-reinstall",
+            str(wheel),
+        ],
+        tmp_path,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
 
     project = tmp_path / "project"
     project.mkdir()
     (project / "conftest.py").write_text(SUBJECT)
-    where = run([str(py), "-c", "import pytest_agenteval._session as s; print(s.bundled_roots()[0])"], project)
+    where = run(
+        [str(py), "-c", "import pytest_agenteval._session as s; print(s.bundled_roots()[0])"],
+        project,
+    )
     assert str(env_dir) in where.stdout, where.stdout + where.stderr
 
-    result = run([str(py), "-m", "pytest", "--bench=eu-ai-act", "--preset=smoke", "-p", "no:cacheprovider"], project)
+    result = run(
+        [str(py), "-m", "pytest", "--bench=eu-ai-act", "--preset=smoke", "-p", "no:cacheprovider"],
+        project,
+    )
     out = result.stdout + result.stderr
     assert "agenteval: eu-ai-act · preset smoke" in out, out
     assert "eu-ai-act/art-5-1-cd-social-scoring-predictive.yaml::" in out or "gate:" in out, out

@@ -41,7 +41,11 @@ def test_leading_zero_number_is_refused(tmp_path: Path) -> None:
 
 def test_yes_no_on_off_stay_strings(tmp_path: Path) -> None:
     assert load(tmp_path, "a: no\nb: yes\nc: on\nd: off\ne: False\n") == {
-        "a": "no", "b": "yes", "c": "on", "d": "off", "e": False,
+        "a": "no",
+        "b": "yes",
+        "c": "on",
+        "d": "off",
+        "e": False,
     }
 
 
