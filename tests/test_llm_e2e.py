@@ -245,3 +245,19 @@ def test_audit_preset_three_judges_and_mode_b(
     assert [c["kind"] for c in children] == ["criterion", "criterion"]
     assert all(len(c["children"]) == 3 for c in children)  # per-judge grades stay visible
     assert rec["result"]["score"] == pytest.approx(0.92)
+
+
+@pytest.mark.parametrize("name", ["eu-ai-act", "gdpr", "agentic"])
+def test_bundled_family_with_an_llm_judge(pytester: pytest.Pytester, env: FakeLLMServer, name: str) -> None:
+    """Each bundled family's smoke preset graded by an LLM judge on the fake server."""
+    from pathlib import Path
+
+    pytester.makeconftest((Path(__file__).resolve().parents[1] / "conftest.py").read_text())
+    env.set_handler(grader())
+    result = pytester.runpytest(f"--bench={name}", "--judge=openai:gpt-4o-mini", "-n", "2")
+    outcomes = result.parseoutcomes()
+    graded = sum(outcomes.get(k, 0) for k in ("passed", "failed", "warned"))
+    assert graded == env.count() > 0, outcomes
+    assert outcomes.get("errors", 0) == 0
+    prompts = [_user_text(r) for r in env.requests]
+    assert all("## Criteria (" in p for p in prompts)

@@ -226,3 +226,16 @@ def test_sigterm_mid_run_leaves_an_incomplete_but_intact_run(demo: pytest.Pytest
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
     check = verify_run(results.parent)
     assert check.ok and not check.complete and check.records == 2, check.problems
+
+
+def test_a_ten_megabyte_answer_is_kept_whole_in_evidence_and_cut_in_reports(demo: pytest.Pytester) -> None:
+    demo.makeconftest(SUBJECT.replace('return "no idea"', 'return "x" * 10_000_000'))
+    demo.runpytest("--bench=demo", "--preset=standard")
+    d = run_dir(demo)
+    lines = (d / "results.jsonl").read_text().splitlines()
+    answers = [json.loads(line)["answer"] for line in lines]
+    assert max(len(a) for a in answers) == 10_000_000
+    assert (d / "junit.xml").stat().st_size < 1_000_000
+    assert (d / "results.sarif").stat().st_size < 1_000_000
+    assert (d / "report.html").stat().st_size < 2_000_000
+    assert verify_run(d).ok
