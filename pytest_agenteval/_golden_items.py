@@ -10,22 +10,45 @@ never a disagreement.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ._checks import Check
 from ._collect import STATE, AgentevalError
 from ._evals import band_verdict
 from ._family import Article, Family
 from ._golden import GoldenEntry, check_articles, load_golden
 from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result
+from ._spec import Scenario
 from ._subjects import Response
 from ._yaml import SpecError
 
 
 class CalibrationMismatch(AssertionError):
     pass
+
+
+_TOOL_CHECKS = {"tool_called", "no_tool_called"}
+
+
+def _about_tool_calls(check: Check) -> bool:
+    if check.kind in _TOOL_CHECKS:
+        return True
+    inner = check.arg if isinstance(check.arg, tuple) else (check.arg,)
+    return any(isinstance(c, Check) and _about_tool_calls(c) for c in inner)
+
+
+def _scenario_context(scenario: Scenario | None) -> dict[str, Any]:
+    """What the agent saw in the real scenario (system prompt, earlier turns, tools)."""
+    if scenario is None:
+        return {}
+    from ._run import subject_context
+
+    ctx = subject_context(scenario)
+    return {"system": scenario.system, "turns": ctx["messages"][:-1], "tools": list(scenario.tools)}
 
 
 class GoldenCollector(pytest.Collector):
@@ -80,12 +103,25 @@ class CalibrationItem(pytest.Item):
         for marker in ("calibration", family.name, article.meta.pillar):
             self.add_marker(marker)
 
-    def criteria(self) -> tuple[Any, ...]:
-        """The real scenario's criteria, else the article's substance rubric."""
+    def scenario(self) -> Scenario | None:
         for art in self.family.articles:
             for scenario in art.scenarios:
                 if scenario.id == self.entry.scenario_id:
-                    return criteria_from(scenario.evaluation_criteria)
+                    return scenario
+        return None
+
+    def criteria(self) -> tuple[Any, ...]:
+        """The real scenario's criteria, else the article's substance rubric.
+
+        A golden answer is text: checks on structured tool calls cannot see the
+        calls it describes, so those criteria are left to an LLM judge.
+        """
+        scenario = self.scenario()
+        if scenario is not None:
+            return tuple(
+                replace(c, check=None) if c.check is not None and _about_tool_calls(c.check) else c
+                for c in criteria_from(scenario.evaluation_criteria)
+            )
         if not self.article.meta.rubric:
             raise AgentevalError(
                 f"{self.entry.id}: synthetic entry for {self.article.control_id}, which declares "
@@ -112,6 +148,7 @@ class CalibrationItem(pytest.Item):
                 "judge_prompt": self.family.judge_prompt,
                 "repetition": self.repetition,
                 "calibration": True,
+                **_scenario_context(self.scenario()),
             },
         )
         try:
