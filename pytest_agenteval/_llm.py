@@ -473,6 +473,12 @@ def _render(request: GradeRequest, nonce: str, max_answer_chars: int) -> _Render
 
     open_, close = f"<<<ANSWER {nonce}>>>", f"<<<END ANSWER {nonce}>>>"
     notes = []
+    if ctx.get("calibration"):
+        notes.append(
+            "This answer comes from a labelled calibration dataset and is plain text: tool "
+            "calls the agent made are written inline as [called name(args)] with results "
+            "after an arrow; treat those as the calls actually made."
+        )
     if not answer_text.strip():
         notes.append("The answer text is empty or blank; grade it as such.")
     if cut_text or cut_calls:
