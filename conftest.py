@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -153,7 +154,20 @@ def reference_agent(prompt: str) -> str:
     )
 
 
-@pytest.fixture(scope="session")
-def agenteval_subject() -> Callable[[str], str]:
-    """The agent under test for this repository's quickstart: the demo agent above."""
-    return reference_agent
+class _ReferenceSubject:
+    """Provides the demo as the `agenteval_subject` fixture.
+
+    Registered only when pytest runs with this folder as its rootdir: with an
+    editable install this conftest is an ancestor of the bundled families, and
+    it must not stand in for the subject of another project.
+    """
+
+    @pytest.fixture(scope="session")
+    def agenteval_subject(self) -> Callable[[str], str]:
+        """The agent under test for this repository's quickstart: the demo agent above."""
+        return reference_agent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if Path(config.rootpath).resolve() == Path(__file__).resolve().parent:
+        config.pluginmanager.register(_ReferenceSubject(), "agenteval-reference-subject")

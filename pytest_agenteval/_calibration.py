@@ -40,7 +40,8 @@ def default_thresholds(preset: str) -> Thresholds:
 
 def _metrics(rows: Sequence[Mapping[str, Any]], split_label: str, seed: int) -> dict[str, Any]:
     graded = [r for r in rows if r["actual"] is not None]
-    failures = [r for r in rows if r["actual"] is None]
+    failures = [r for r in rows if r.get("verdict") == "error"]
+    skipped = [r for r in rows if r["actual"] is None and r.get("verdict") != "error"]
     if graded:
         out = summarize(
             [r["expected"] for r in graded],
@@ -55,6 +56,7 @@ def _metrics(rows: Sequence[Mapping[str, Any]], split_label: str, seed: int) -> 
         out = {"n": 0, "accuracy": None, "kappa": None}
     out["split"] = split_label
     out["evaluation_failures"] = len(failures)
+    out["not_gradable"] = len(skipped)
     raters = [r["labels"] for r in graded if len(r.get("labels") or ()) >= 2]
     if raters and len({len(x) for x in raters}) == 1:
         value = fleiss_kappa(raters, LABELS)
@@ -128,6 +130,16 @@ def calibration_report(
     """
     thresholds = thresholds or {}
     default = default or Thresholds()
+    # arrival order differs between serial and xdist runs; the bootstrap must not
+    rows = sorted(
+        rows,
+        key=lambda r: (
+            str(r.get("file", "")),
+            r.get("line") or 0,
+            str(r["id"]),
+            r.get("repetition", 0),
+        ),
+    )
     first = [r for r in rows if r.get("repetition", 0) == 0]
     gate_rows = first if split == "all" else [r for r in first if r["split"] == "holdout"]
     other_rows = [] if split == "all" else [r for r in first if r["split"] != "holdout"]

@@ -49,6 +49,10 @@ class FamilyDir(pytest.Directory):
         except (SpecError, ValueError) as exc:
             raise self.CollectError(str(exc)) from None
         state.register_markers(family)
+        golden = self.path / "golden"
+        if state.calibration_mode and golden.is_dir():
+            # the family's own golden data; its .jsonl files become GoldenCollectors
+            yield pytest.Dir.from_parent(self, path=golden)
         wanted = set(plan.controls)
         for path, error in family.article_errors.items():
             yield ArticleCollector.from_parent(

@@ -41,6 +41,20 @@ def _about_tool_calls(check: Check) -> bool:
     return any(isinstance(c, Check) and _about_tool_calls(c) for c in inner)
 
 
+def _check_rubrics(golden: Any, family: Family) -> None:
+    """A synthetic entry is graded against its article's rubric, which must exist."""
+    real = {s.id for a in family.articles for s in a.scenarios}
+    for entry in golden.entries:
+        if entry.scenario_id not in real and not family.article(entry.article).meta.rubric:
+            raise SpecError(
+                golden.path,
+                entry.line,
+                f"entry {entry.id!r} is synthetic (no scenario {entry.scenario_id!r} in "
+                f"{family.name}) and article {entry.article!r} declares no substance rubric "
+                "(metadata.rubric) to grade it against",
+            )
+
+
 def _scenario_context(scenario: Scenario | None) -> dict[str, Any]:
     """What the agent saw in the real scenario (system prompt, earlier turns, tools)."""
     if scenario is None:
@@ -61,6 +75,7 @@ class GoldenCollector(pytest.Collector):
             family = state.family_for_golden(self.path, golden.entries)
             known = {a.control_id: a.meta.pillar for a in family.articles}
             check_articles(golden, known, family.name)
+            _check_rubrics(golden, family)
             state.claim_golden_ids(family, golden.entries)
             state.note_golden_file(family, self.path)
         except (SpecError, ValueError) as exc:

@@ -81,7 +81,12 @@ class Redactor:
         except (TypeError, ValueError):
             return self._walk(value)
         redacted = self.text(encoded)
-        return value if redacted == encoded else json.loads(redacted)
+        if redacted == encoded:
+            return value
+        try:
+            return json.loads(redacted)
+        except ValueError:  # a secret matched inside a number or a key: redact string by string
+            return self._walk(value)
 
     def _walk(self, value: Any) -> Any:
         if isinstance(value, str):

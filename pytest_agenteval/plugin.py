@@ -239,7 +239,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = _state(config)
     if state is None or not state.bench_roots:
         return None
-    fams = ", ".join(p.name for p in state.bench_roots)
+    fams = ", ".join(_family_name(state, p) for p in state.bench_roots)
     return [
         f"agenteval: bench {fams} · preset {state.preset or 'smoke (default)'}",
         f"agenteval: judge {state.judge_label()}",
@@ -309,19 +309,20 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, Any]:
     report = yield
+    from ._collect import AgentevalError
+
+    if (
+        call.when == "setup"
+        and call.excinfo is not None
+        and call.excinfo.errisinstance(AgentevalError)
+    ):
+        # a clear message, not a traceback through the plugin's internals
+        report.longrepr = _state(item.config).redactor.text(str(call.excinfo.value))
     payload = getattr(item, "payload", None)
     if payload is None:
         return report
     if call.when == "call" or (call.when == "setup" and not report.passed):
         report.agenteval = payload
-        from ._collect import AgentevalError
-
-        if (
-            call.when == "setup"
-            and call.excinfo is not None
-            and call.excinfo.errisinstance(AgentevalError)
-        ):
-            report.longrepr = _state(item.config).redactor.text(str(call.excinfo.value))
     return report
 
 
@@ -364,8 +365,18 @@ class _Reporter:
         kinds = {type(item) for item in session.items}
         if kinds & {ScenarioItem, CalibrationItem}:
             self.state.judges()
-        if ScenarioItem in kinds and self.state.subject_spec:
-            self.state.subject_for(next(i for i in session.items if isinstance(i, ScenarioItem)))
+        first = next((i for i in session.items if isinstance(i, ScenarioItem)), None)
+        if first is None or session.config.option.collectonly:
+            return
+        if self.state.subject_spec:
+            self.state.subject_for(first)
+        elif not session._fixturemanager.getfixturedefs("agenteval_subject", first):
+            pytest.exit(
+                "agenteval: no subject — pass --subject=module:callable (or openai:MODEL, "
+                "anthropic:MODEL, cmd:COMMAND) or define a fixture named `agenteval_subject` "
+                "(a callable taking the prompt) in conftest.py",
+                returncode=pytest.ExitCode.USAGE_ERROR,
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.state.record(report)
@@ -384,6 +395,13 @@ class _Reporter:
             write_summary(terminalreporter, self.state)
         if self.state.calibration_outcomes:
             write_calibration(terminalreporter, self.state)
+
+
+def _family_name(state: Any, root: Path) -> str:
+    try:
+        return str(state.family(root).name)
+    except Exception:  # a broken family is reported at collection, with file and line
+        return root.name
 
 
 def _state(config: pytest.Config) -> Any:
@@ -413,7 +431,10 @@ def _judge_settings(config: pytest.Config) -> Any:
 
     def opt(name: str) -> Any:
         value = config.getoption(name)
-        return value if value not in (None, "") else config.getini(name) or None
+        if value not in (None, ""):
+            return value
+        ini = config.getini(name)
+        return ini if ini not in (None, "") else None
 
     state = _state(config)
     cache_mode = opt("agenteval_judge_cache") or "off"
@@ -426,11 +447,16 @@ def _judge_settings(config: pytest.Config) -> Any:
         )
         cache_dir = out / "judge-cache"
     defaults = JudgeSettings()
+
+    def number(name: str, default: float) -> float:
+        value = opt(name)
+        return default if value is None else float(value)
+
     return JudgeSettings(
         base_url=opt("agenteval_judge_base_url"),
-        timeout_s=float(opt("agenteval_judge_timeout") or defaults.timeout_s),
-        deadline_s=float(opt("agenteval_judge_deadline") or defaults.deadline_s),
-        max_retries=int(opt("agenteval_judge_max_retries") or defaults.max_retries),
+        timeout_s=number("agenteval_judge_timeout", defaults.timeout_s),
+        deadline_s=number("agenteval_judge_deadline", defaults.deadline_s),
+        max_retries=int(number("agenteval_judge_max_retries", defaults.max_retries)),
         cache_dir=Path(cache_dir) if cache_dir else None,
         cache_mode=cache_mode,  # type: ignore[arg-type]  # validated by the option choices
     )

@@ -239,3 +239,32 @@ def test_golden_stats_command(pytester: pytest.Pytester) -> None:
     result = pytester.run("agenteval", "golden-stats", str(source))
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*25 entries*", "*WARNING: only 25 entries (fewer than 30)*"])
+
+
+def test_entries_a_judge_cannot_grade_are_not_counted_as_judge_errors(
+    golden: pytest.Pytester,
+) -> None:
+    result = golden.runpytest("-m", "calibration", "--judge=rules")
+    result.assert_outcomes(skipped=9)
+    (cal,) = (golden.path / ".agenteval").rglob("calibration.json")
+    data = json.loads(cal.read_text())
+    assert data["overall"]["evaluation_failures"] == 0
+    assert (
+        data["overall"]["not_gradable"] == 8
+    )  # holdout entries; one more in the calibration split
+    assert not any("judge errors" in r for r in data["gate"]["reasons"])
+
+
+def test_a_family_may_keep_its_golden_data_in_its_own_folder(golden: pytest.Pytester) -> None:
+    (golden.path / "golden" / "demo" / "safety.jsonl").rename(golden.path / "demo" / "golden.tmp")
+    (golden.path / "demo" / "golden").mkdir()
+    (golden.path / "demo" / "golden.tmp").rename(golden.path / "demo" / "golden" / "safety.jsonl")
+    (golden.path / "golden" / "demo").rmdir()
+    (golden.path / "golden").rmdir()
+    result = golden.runpytest("-m", "calibration", "--bench=demo", "--judge=keyword")
+    result.assert_outcomes(passed=8, failed=1)
+
+
+def test_not_calibration_expressions_do_not_collect_golden_files(golden: pytest.Pytester) -> None:
+    result = golden.runpytest("--bench=demo", "-m", "not (calibration)", "--collect-only", "-q")
+    assert "safety.jsonl" not in result.stdout.str()

@@ -248,7 +248,9 @@ def test_audit_preset_three_judges_and_mode_b(
 
 
 @pytest.mark.parametrize("name", ["eu-ai-act", "gdpr", "agentic"])
-def test_bundled_family_with_an_llm_judge(pytester: pytest.Pytester, env: FakeLLMServer, name: str) -> None:
+def test_bundled_family_with_an_llm_judge(
+    pytester: pytest.Pytester, env: FakeLLMServer, name: str
+) -> None:
     """Each bundled family's smoke preset graded by an LLM judge on the fake server."""
     from pathlib import Path
 

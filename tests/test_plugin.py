@@ -149,10 +149,11 @@ def test_missing_subject_is_an_error_that_says_what_to_do(pytester: pytest.Pytes
     (fam / "extra.yaml").write_text(EXTRA)
     (fam / "disclose.yaml").write_text(DISCLOSE)
     result = pytester.runpytest("--bench=demo")
-    result.assert_outcomes(errors=3)
-    result.stdout.fnmatch_lines(
-        ["*no subject: pass --subject=module:callable or define a fixture*"]
-    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # said once, before any item runs
+    result.stdout.fnmatch_lines(["*agenteval: no subject — pass --subject=module:callable*"])
+    assert "Traceback" not in result.stdout.str()
+    # --collect-only calls nothing, so it needs no subject
+    assert pytester.runpytest("--bench=demo", "--collect-only").ret == pytest.ExitCode.OK
 
 
 def test_subject_option_takes_module_callable(demo: pytest.Pytester) -> None:

@@ -228,7 +228,9 @@ def test_sigterm_mid_run_leaves_an_incomplete_but_intact_run(demo: pytest.Pytest
     assert check.ok and not check.complete and check.records == 2, check.problems
 
 
-def test_a_ten_megabyte_answer_is_kept_whole_in_evidence_and_cut_in_reports(demo: pytest.Pytester) -> None:
+def test_a_ten_megabyte_answer_is_kept_whole_in_evidence_and_cut_in_reports(
+    demo: pytest.Pytester,
+) -> None:
     demo.makeconftest(SUBJECT.replace('return "no idea"', 'return "x" * 10_000_000'))
     demo.runpytest("--bench=demo", "--preset=standard")
     d = run_dir(demo)
@@ -239,3 +241,11 @@ def test_a_ten_megabyte_answer_is_kept_whole_in_evidence_and_cut_in_reports(demo
     assert (d / "results.sarif").stat().st_size < 1_000_000
     assert (d / "report.html").stat().st_size < 2_000_000
     assert verify_run(d).ok
+
+
+def test_redactor_survives_a_secret_that_looks_like_a_number() -> None:
+    r = Redactor({"BUILD_SESSION": "20261122"})
+    assert r.data({"ts": 202611221148, "note": "id 20261122"}) == {
+        "ts": 202611221148,
+        "note": "id [REDACTED:BUILD_SESSION]",
+    }
