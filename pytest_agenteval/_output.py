@@ -233,6 +233,24 @@ def family_files(plan: Plan) -> dict[str, str]:
     }
 
 
+def judge_prompt_lineage(plan: Plan) -> dict[str, Any]:
+    """Which judge prompt the family gives LLM judges: file, version and SHA-256 of its text.
+
+    Each result line also records the prompt an LLM judge actually used (the
+    built-in default when the family has none) and the model that answered.
+    """
+    family = plan.family
+    if family.judge_prompt is None or family.judge_prompt_path is None:
+        return {"file": None, "version": "default-judge (built in)", "sha256": None}
+    first = family.judge_prompt.lstrip().splitlines()[0] if family.judge_prompt.strip() else ""
+    match = re.match(r"<!--\s*version:\s*([^\s]+)\s*-->", first)
+    return {
+        "file": f"{family.name}/{family.judge_prompt_path.relative_to(family.root.resolve()).as_posix()}",
+        "version": match.group(1) if match else family.judge_prompt_path.stem,
+        "sha256": sha256_hex(family.judge_prompt.encode("utf-8")),
+    }
+
+
 def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str) -> Path:
     stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = out / "runs" / slug(family) / slug(subject)
@@ -310,6 +328,7 @@ class RunRecorder:
             "subject": bucket.subject,
             "conditions": [],
             "judges": state.judge_descriptions(),
+            "judge_prompt": judge_prompt_lineage(plan),
             "files": files,
             "files_sha256": sha256_hex(canonical_json(files)),
             "command_line": [self.redactor.text(a) for a in sys.argv],
