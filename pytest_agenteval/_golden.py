@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._yaml import SpecError
+from ._yaml import SpecError, read_limited
 
 MAX_GOLDEN_BYTES = 16 * 1024 * 1024
 VERDICTS = ("pass", "warn", "fail")
@@ -149,12 +149,7 @@ def _no_constants(name: str) -> Any:
 
 def load_golden(path: Path) -> GoldenFile:
     """Parse and validate one golden file (no cross-file or family checks)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(path, None, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_GOLDEN_BYTES:
-        raise SpecError(path, None, f"file is {len(raw)} bytes; the limit is {MAX_GOLDEN_BYTES}")
+    raw = read_limited(path, MAX_GOLDEN_BYTES)
     golden = GoldenFile(path)
     seen: dict[str, int] = {}
     for number, line in enumerate(raw.split(b"\n"), start=1):

@@ -146,14 +146,20 @@ _Loader.add_implicit_resolver(
 )
 
 
-def load_yaml(path: Path) -> Any:
-    """Load one YAML document from *path* safely, raising :class:`SpecError`."""
+def read_limited(path: Path, limit: int) -> bytes:
+    """The bytes of *path*, refused (as a :class:`SpecError`) when unreadable or over *limit*."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise SpecError(path, None, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BYTES:
-        raise SpecError(path, None, f"file is {len(raw)} bytes; the limit is {MAX_BYTES}")
+    if len(raw) > limit:
+        raise SpecError(path, None, f"file is {len(raw)} bytes; the limit is {limit}")
+    return raw
+
+
+def load_yaml(path: Path) -> Any:
+    """Load one YAML document from *path* safely, raising :class:`SpecError`."""
+    raw = read_limited(path, MAX_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
