@@ -110,16 +110,18 @@ class ArticleCollector(pytest.Collector):
         if self.error is not None:
             raise self.CollectError(str(self.error))
         assert self.article is not None
+        samples = self.plan.samples
         for scenario in self.article.scenarios:
-            item = ScenarioItem.from_parent(
-                self,
-                name=scenario.id,
-                family=self.family,
-                plan=self.plan,
-                article=self.article,
-                scenario=scenario,
-            )
-            yield item
+            for sample in range(samples):
+                yield ScenarioItem.from_parent(
+                    self,
+                    name=scenario.id if samples == 1 else f"{scenario.id}[s{sample + 1}]",
+                    family=self.family,
+                    plan=self.plan,
+                    article=self.article,
+                    scenario=scenario,
+                    sample=sample,
+                )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
         if isinstance(excinfo.value, (SpecError, self.CollectError)):
@@ -149,9 +151,17 @@ class ScenarioItem(pytest.Item):
     """One scenario of one family, graded in setup, judged in runtest."""
 
     def __init__(
-        self, *, family: Family, plan: Plan, article: Article, scenario: Scenario, **kwargs: Any
+        self,
+        *,
+        family: Family,
+        plan: Plan,
+        article: Article,
+        scenario: Scenario,
+        sample: int = 0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.sample = sample
         self.family = family
         self.plan = plan
         self.article = article

@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ._evals import Bands, EvalResult, combine_results
+from ._evals import (
+    Bands,
+    EvalResult,
+    Verdict,
+    band_verdict,
+    combine_results,
+    score_severity,
+    worst_severity,
+)
 from ._spec import (
     WEIGHT_TOLERANCE,
     ArticleFile,
@@ -540,10 +549,13 @@ def _flatten(presets: Mapping[str, PresetSpec], name: str, seen: Sequence[str] =
 # --------------------------------------------------------------------------- the tree
 
 
-def build_tree(plan: Plan, leaves: Mapping[str, EvalResult]) -> EvalResult | None:
+def build_tree(
+    plan: Plan, leaves: Mapping[str, EvalResult | Sequence[EvalResult]]
+) -> EvalResult | None:
     """Roll scenario results up through articles and pillars to the family root.
 
-    *leaves* maps scenario id to its result; scenarios that did not run
+    *leaves* maps scenario id to its result, or to the results of its samples
+    (combined by :func:`combine_samples`); scenarios that did not run
     (deselected, interrupted) are absent and their weight is renormalised
     away. An article named on the command line outside the preset still
     appears, under its own pillar. Order follows the family files, so the numbers do not depend on the
@@ -556,7 +568,11 @@ def build_tree(plan: Plan, leaves: Mapping[str, EvalResult]) -> EvalResult | Non
         for art in family.articles:
             if art.meta.pillar != pillar.key:
                 continue
-            scen = _normalised(leaves[s.id] for s in art.scenarios if s.id in leaves)
+            scen = _normalised(
+                combine_samples(leaves[s.id], art.bands, s.severity or art.meta.severity)
+                for s in art.scenarios
+                if s.id in leaves
+            )
             if not scen:
                 continue
             article_nodes.append(
@@ -609,15 +625,58 @@ def build_tree(plan: Plan, leaves: Mapping[str, EvalResult]) -> EvalResult | Non
     )
 
 
-def _with_weight(result: EvalResult, weight: float | None, required: bool) -> EvalResult:
-    from dataclasses import replace
+def combine_samples(
+    runs: EvalResult | Sequence[EvalResult], bands: Bands, severity: str | None
+) -> EvalResult:
+    """Several answers to one scenario: the mean score, its standard deviation, a verdict.
 
+    score = mean of the graded samples; ``score_std`` is their sample
+    standard deviation (n − 1); the verdict comes from the mean by the
+    article's bands. Errored samples do not count but stay visible as
+    children; no graded sample at all is an error (or skipped).
+    """
+    if isinstance(runs, EvalResult):
+        return runs
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    children = tuple(replace(r, key=f"{r.key}#s{i + 1}", kind="sample") for i, r in enumerate(runs))
+    graded = [r.score for r in runs if r.graded and r.score is not None]
+    meta = {**dict(first.meta), "samples": len(runs), "graded_samples": len(graded)}
+    if not graded:
+        none_graded: Verdict = "error" if any(r.verdict == "error" for r in runs) else "skipped"
+        return replace(
+            first,
+            score=None,
+            verdict=none_graded,
+            severity=None,
+            children=children,
+            criteria=(),
+            meta=meta,
+            error=f"no sample of {len(runs)} could be graded" if none_graded == "error" else None,
+        )
+    mean = math.fsum(graded) / len(graded)
+    meta["score_std"] = statistics.stdev(graded) if len(graded) > 1 else 0.0
+    verdict = band_verdict(mean, bands)
+    sev = worst_severity(severity, score_severity(mean)) if verdict == "fail" else None
+    return replace(
+        first,
+        score=mean,
+        verdict=verdict,
+        severity=sev,
+        children=children,
+        criteria=(),
+        reasoning=f"mean of {len(graded)} samples",
+        error=None,
+        meta=meta,
+    )
+
+
+def _with_weight(result: EvalResult, weight: float | None, required: bool) -> EvalResult:
     return replace(result, weight=1.0 if weight is None else float(weight), required=required)
 
 
 def _normalised(results: Iterable[EvalResult]) -> list[EvalResult]:
-    from dataclasses import replace
-
     items = list(results)
     total = math.fsum(r.weight for r in items) or 1.0
     return [replace(r, weight=r.weight / total) for r in items]

@@ -124,8 +124,11 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
         "aggregation": result.aggregation,
         "severity": result.severity,
         "counts": result.counts(),
-        "children": [node_dict(c) for c in result.children if c.kind != "judge"],
+        "children": [node_dict(c) for c in result.children if c.kind not in ("judge", "sample")],
     }
+    if "samples" in result.meta:  # several answers to one scenario: mean and spread
+        node["samples"] = result.meta["samples"]
+        node["score_std"] = result.meta.get("score_std")
     if result.error:
         node["error"] = result.error
     if result.reasoning and result.kind != "scenario":

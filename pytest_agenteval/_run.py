@@ -57,6 +57,11 @@ def _leaf_meta(family: Family, article: Article, scenario: Scenario) -> dict[str
     }
 
 
+def _repetition(sample: int, rep: int) -> int | str:
+    """Distinct per sample and per repeated judge, so cached grades never stand in for each other."""
+    return rep if sample == 0 else f"s{sample}-r{rep}"
+
+
 def judge_panel(judges: Sequence[Any], count: int) -> list[tuple[Any, int]]:
     """(judge, repetition) pairs: the configured judges, cycled up to *count* LLM gradings.
 
@@ -97,6 +102,7 @@ async def run_scenario(
     rates: Mapping[str, tuple[float, float]] | None = None,
     judge_count: int = 1,
     mode_b: bool = False,
+    sample: int = 0,
 ) -> ScenarioRun:
     """Ask the subject, then grade with every judge (several: weighted median).
 
@@ -194,7 +200,12 @@ async def run_scenario(
         graded = list(
             await asyncio.gather(
                 *(
-                    one(judge, replace(req, context={**req.context, "repetition": rep}))
+                    one(
+                        judge,
+                        replace(
+                            req, context={**req.context, "repetition": _repetition(sample, rep)}
+                        ),
+                    )
                     for judge, rep in panel
                 )
             )

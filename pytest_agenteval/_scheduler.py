@@ -118,6 +118,7 @@ class Scheduler:
                 rates=self.rates,
                 judge_count=item.plan.judges,
                 mode_b=item.plan.mode_b,
+                sample=item.sample,
             )
         )
 

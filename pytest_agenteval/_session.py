@@ -107,7 +107,7 @@ class Collected:
     preset: str
     single_file: bool
     subject: str
-    leaves: dict[str, EvalResult] = field(default_factory=dict)
+    leaves: dict[str, dict[int, EvalResult]] = field(default_factory=dict)  # id -> sample -> result
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorder: RunRecorder | None = None
 
@@ -553,7 +553,7 @@ class AgentevalState:
             "preset": item.plan.preset,
             "scenario_id": item.scenario.id,
             "condition": None,
-            "sample": 0,
+            "sample": item.sample,
             "nodeid": item.nodeid,
             "subject": self.subject_name(),
             "result": run.result.to_dict(),
@@ -587,8 +587,10 @@ class AgentevalState:
             ),
         )
         result = EvalResult.from_dict(payload["result"])
-        bucket.leaves[payload["scenario_id"]] = result
-        bucket.records[payload["scenario_id"]] = payload
+        bucket.leaves.setdefault(payload["scenario_id"], {})[int(payload.get("sample") or 0)] = (
+            result
+        )
+        bucket.records[payload["nodeid"]] = payload
         if self.is_worker:
             return
         if bucket.recorder is None:
@@ -632,7 +634,10 @@ class AgentevalState:
         )
         for _key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
             plan = self._plan_for(bucket)
-            tree = build_tree(plan, bucket.leaves)
+            tree = build_tree(
+                plan,
+                {sid: [r for _, r in sorted(runs.items())] for sid, runs in bucket.leaves.items()},
+            )
             gate = decide_gate(plan, tree, interrupted=interrupted)
             outcome = FamilyOutcome(plan, tree, gate, bucket)
             self.outcomes.append(outcome)
@@ -646,7 +651,8 @@ class AgentevalState:
             summary = summary_dict(outcome, self.judge_specs or ["rules"], ended)
             recorder.write_json("summary.json", summary)
             self._write_reports(recorder, plan, bucket, summary, interrupted)
-            not_evaluated = max(0, plan.scenario_count() * plan.samples - len(bucket.leaves))
+            graded_items = sum(len(runs) for runs in bucket.leaves.values())
+            not_evaluated = max(0, plan.scenario_count() * plan.samples - graded_items)
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
         for cal in self.calibration.values():
             self.calibration_outcomes.append(self._finish_calibration(cal, interrupted))

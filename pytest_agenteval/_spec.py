@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -224,16 +223,10 @@ class PresetSpec(_Strict):
     aggregation: AggregationOverrides = Field(default_factory=AggregationOverrides)
     bands: Bands | None = None
     judges: Annotated[StrictInt, Field(ge=1, le=9)] = 1
-    samples: Annotated[StrictInt, Field(ge=1)] = 1
+    samples: Annotated[StrictInt, Field(ge=1, le=50)] = 1
     mode_b: StrictBool = False
     gate: GateSpec | None = None
     calibration: CalibrationGate | None = None
-
-
-def _one_sample(preset: PresetSpec) -> PresetSpec:
-    if preset.samples > 1:
-        raise ValueError("samples > 1 is not supported yet (one answer per scenario)")
-    return preset
 
 
 class BenchmarkSpec(_Strict):
@@ -246,9 +239,7 @@ class BenchmarkSpec(_Strict):
     aggregation: Aggregation = "weighted_sum"
     gate: GateSpec = Field(default_factory=GateSpec)
     pillars: list[PillarSpec] = Field(min_length=1)
-    presets: dict[StrictStr, Annotated[PresetSpec, AfterValidator(_one_sample)]] = Field(
-        default_factory=dict
-    )
+    presets: dict[StrictStr, PresetSpec] = Field(default_factory=dict)
 
 
 def _rename(data: Any, aliases: dict[str, str]) -> Any:

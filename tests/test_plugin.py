@@ -399,3 +399,37 @@ def test_nothing_is_called_when_one_file_is_bad(demo: pytest.Pytester) -> None:
     result = demo.runpytest("--bench=demo", "--preset=standard")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "the subject was called" not in result.stdout.str()
+
+
+def test_samples_give_a_mean_and_spread_per_scenario(demo: pytest.Pytester) -> None:
+    """A preset's samples: N answers per scenario; the scenario scores their mean."""
+    bench = demo.path / "demo" / "benchmark.yaml"
+    bench.write_text(
+        bench.read_text().replace(
+            "  standard: {controls: all}",
+            "  standard: {controls: all}\n  sampled: {controls: all, samples: 3}",
+        )
+    )
+    demo.makeconftest(
+        "import itertools, pytest\n"
+        "COUNT = itertools.count()\n"
+        "@pytest.fixture(scope='session')\n"
+        "def agenteval_subject():\n"
+        "    def agent(prompt):\n"
+        "        n = next(COUNT)\n"
+        "        if 'rule two' in prompt or 'rule two' in prompt.lower():\n"
+        "            return 'rule two' if n % 3 else 'no'\n"
+        '        return "I can\'t help with that. hello. I am an AI. rule two"\n'
+        "    return agent\n"
+    )
+    result = demo.runpytest("--bench=demo", "--preset=sampled", "--agenteval-concurrency=1", "-v")
+    result.stdout.fnmatch_lines(
+        ["*demo-extra-001?s1? *", "*demo-extra-001?s2? *", "*demo-extra-001?s3? *"]
+    )
+    data = summary(demo)
+    extra = node(data["nodes"][0], "demo.extra")["children"][0]
+    assert extra["samples"] == 3
+    assert extra["score"] == pytest.approx(2 / 3)  # two of the three answers met the check
+    assert extra["score_std"] == pytest.approx(0.57735, abs=1e-4)  # stdev of (1, 1, 0)
+    assert extra["verdict"] == "warn"  # mean 0.67: below pass, above warn
+    assert data["items"]["failed"] + data["items"]["passed"] + data["items"]["warned"] == 12
