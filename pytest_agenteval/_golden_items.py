@@ -9,6 +9,7 @@ never a disagreement.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 from ._checks import Check
 from ._collect import STATE, AgentevalError
-from ._evals import band_verdict
+from ._evals import EvalResult, band_verdict, combine_results
 from ._family import Article, Family
 from ._golden import GoldenEntry, check_articles, load_golden
 from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result
@@ -167,16 +168,7 @@ class CalibrationItem(pytest.Item):
             },
         )
         try:
-            result = state.scheduler.run_coro(
-                grade_to_result(
-                    judges[0],
-                    request,
-                    key=self.entry.id,
-                    name=self.entry.id,
-                    bands=self.article.bands,
-                    severity=self.article.meta.severity,
-                )
-            )
+            result = state.scheduler.run_coro(self._grade(judges, request))
         except ConfigError as exc:
             pytest.exit(
                 f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
@@ -205,13 +197,13 @@ class CalibrationItem(pytest.Item):
             "stratum": self.entry.stratum,
             "adversarial": self.entry.adversarial,
             "labels": list(self.entry.labels),
-            "judge": getattr(judges[0], "name", "judge"),
+            "judge": " + ".join(getattr(j, "name", "judge") for j in judges),
             "verdict": result.verdict,
             "error": result.error,
             "reasoning": result.reasoning,
             "criteria": [c.to_dict() for c in result.criteria],
             "judge_meta": dict(result.meta),
-            "subject": f"calibration-{getattr(judges[0], 'name', 'judge')}",
+            "subject": "calibration-" + "+".join(getattr(j, "name", "judge") for j in judges),
             "nodeid": self.nodeid,
         }
         if result.verdict == "error":
@@ -221,6 +213,36 @@ class CalibrationItem(pytest.Item):
         if result.verdict == "skipped":
             self.payload["actual"] = None
             pytest.skip(f"{self.entry.id}: {result.reasoning}")
+
+    async def _grade(self, judges: list[Any], request: GradeRequest) -> EvalResult:
+        """One judge, or several combined by weighted median as in benchmark runs."""
+        graded = await asyncio.gather(
+            *(
+                grade_to_result(
+                    judge,
+                    request,
+                    key=self.entry.id,
+                    name=getattr(judge, "name", "judge"),
+                    bands=self.article.bands,
+                    severity=self.article.meta.severity,
+                )
+                for judge in judges
+            )
+        )
+        if len(graded) == 1:
+            return graded[0]
+        return combine_results(
+            self.entry.id,
+            self.entry.id,
+            [
+                replace(r, kind="judge", key=f"{r.meta.get('judge', 'judge')}#{i}")
+                for i, r in enumerate(graded)
+            ],
+            aggregation="weighted_median",
+            bands=self.article.bands,
+            severity=self.article.meta.severity,
+            kind="scenario",
+        )
 
     def runtest(self) -> None:
         assert self.payload is not None

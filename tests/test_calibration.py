@@ -268,3 +268,25 @@ def test_a_family_may_keep_its_golden_data_in_its_own_folder(golden: pytest.Pyte
 def test_not_calibration_expressions_do_not_collect_golden_files(golden: pytest.Pytester) -> None:
     result = golden.runpytest("--bench=demo", "-m", "not (calibration)", "--collect-only", "-q")
     assert "safety.jsonl" not in result.stdout.str()
+
+
+def test_several_judges_grade_calibration_by_weighted_median(golden: pytest.Pytester) -> None:
+    golden.makeconftest(
+        KEYWORD_JUDGE
+        + """
+class Harsh:
+    name = "harsh"
+    async def grade(self, request):
+        return Grade(score=0.0, criteria=(), summary="harsh", judge=self.name)
+
+_old = pytest_agenteval_make_judge
+def pytest_agenteval_make_judge(config, spec):
+    return Harsh() if spec == "harsh" else _old(config, spec)
+"""
+    )
+    # keyword, keyword, harsh: the median follows the two keyword judges
+    result = golden.runpytest(
+        "-m", "calibration", "--judge=keyword", "--judge=keyword", "--judge=harsh"
+    )
+    result.assert_outcomes(passed=8, failed=1)
+    result.stdout.fnmatch_lines(["*judge keyword, keyword, harsh*"])
