@@ -269,26 +269,23 @@ def test_raw_reply_malformed_and_misshapen_json(fake_llm: FakeLLMServer) -> None
 def test_rate_limit_retried_openai(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.rate_limited(retry_after=0.05), Reply.content("after retry"))
     with oa(fake_llm, max_retries=1) as client:
-        t0 = time.monotonic()
         resp = oa_chat(client)
-        elapsed = time.monotonic() - t0
     assert resp.choices[0].message.content == "after retry"
     first, second = fake_llm.requests
     assert first.reply is not None and first.reply.status == 429
     assert second.reply == Reply.content("after retry")
     assert second.headers["x-stainless-retry-count"] == "1"
-    assert second.received_at - first.received_at >= 0.05  # retry-after honoured
-    assert elapsed < 0.35  # ... rather than the SDK's own 0.4-0.5 s backoff
+    assert second.received_at - first.received_at >= 0.05  # retry-after honoured (lower bound)
 
 
 def test_rate_limit_retried_anthropic_retry_after_ms(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.rate_limited(None, retry_after_ms=50), Reply.content("ok"))
     with an(fake_llm, max_retries=1) as client:
-        t0 = time.monotonic()
         msg = an_msg(client)
-        elapsed = time.monotonic() - t0
     assert msg.content[0].text == "ok"
-    assert fake_llm.count("anthropic") == 2 and elapsed < 0.35
+    first, second = fake_llm.requests
+    assert fake_llm.count("anthropic") == 2
+    assert second.received_at - first.received_at >= 0.05  # retry-after-ms honoured (lower bound)
 
 
 def test_rate_limit_exhausts_retries(fake_llm: FakeLLMServer) -> None:
@@ -447,9 +444,7 @@ def test_stop_does_not_hang_with_sleeping_handler() -> None:
     caller = threading.Thread(target=call)
     caller.start()
     server.wait_for_requests(1)
-    t0 = time.monotonic()
-    server.stop()
-    assert time.monotonic() - t0 < 1.0
+    server.stop()  # returns although a handler is hanging (the test would hang otherwise)
     caller.join(5)
     assert not caller.is_alive()
     assert len(errors) == 1  # the client saw the connection go away
@@ -470,25 +465,40 @@ def test_stop_closes_idle_keepalive_connections() -> None:
 # --------------------------------------------------------------------------- concurrency
 
 
+def _in_flight_counter(delay: float):  # type: ignore[no-untyped-def]
+    """A handler that answers after *delay* and records how many requests overlapped."""
+    state = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def handle(req: RecordedRequest) -> Reply:
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(delay)
+        with lock:
+            state["now"] -= 1
+        body = req.body
+        text = body["messages"][0]["content"] if "messages" in body else "ok"
+        return Reply.content(text if isinstance(text, str) else "ok")
+
+    return handle, state
+
+
 def test_concurrent_calls_are_served_in_parallel(fake_llm: FakeLLMServer) -> None:
-    fake_llm.set_handler(Reply.content("ok").with_delay(0.2))
+    handle, state = _in_flight_counter(0.2)
+    fake_llm.set_handler(handle)
     n = 20
     with oa(fake_llm) as client, ThreadPoolExecutor(max_workers=n) as pool:
-        t0 = time.monotonic()
         results = list(pool.map(lambda _: oa_chat(client), range(n)))
-        elapsed = time.monotonic() - t0
-    assert [r.choices[0].message.content for r in results] == ["ok"] * n
-    assert fake_llm.count() == n
-    assert elapsed < 2.0, f"{n} calls x 0.2 s took {elapsed:.2f}s: not served in parallel"
+    assert len(results) == n and fake_llm.count() == n
+    assert state["max"] > 1, "requests were served one at a time"
 
 
 def test_async_clients_concurrent(fake_llm: FakeLLMServer) -> None:
-    def echo(req: RecordedRequest) -> Reply:
-        return Reply.content(req.body["messages"][0]["content"]).with_delay(0.2)
-
+    echo, state = _in_flight_counter(0.2)
     fake_llm.set_handler(echo)
 
-    async def main() -> tuple[list[str], list[str], float]:
+    async def main() -> tuple[list[str], list[str]]:
         async with (
             openai.AsyncOpenAI(
                 base_url=fake_llm.openai_base_url, api_key="test-key", max_retries=0
@@ -509,17 +519,15 @@ def test_async_clients_concurrent(fake_llm: FakeLLMServer) -> None:
                 )
                 for i in range(8)
             ]
-            t0 = time.monotonic()
             results = await asyncio.gather(*oa_calls, *an_calls)
-            elapsed = time.monotonic() - t0
         texts_oa = [r.choices[0].message.content for r in results[:8]]
         texts_an = [r.content[0].text for r in results[8:]]
-        return texts_oa, texts_an, elapsed
+        return texts_oa, texts_an
 
-    texts_oa, texts_an, elapsed = asyncio.run(main())
+    texts_oa, texts_an = asyncio.run(main())
     assert texts_oa == [f"o{i}" for i in range(8)]
     assert texts_an == [f"a{i}" for i in range(8)]
-    assert elapsed < 1.5, f"16 calls x 0.2 s took {elapsed:.2f}s: not served in parallel"
+    assert state["max"] > 1, "requests were served one at a time"
     assert fake_llm.count("openai") == fake_llm.count("anthropic") == 8
 
 
