@@ -58,5 +58,16 @@ def golden_stats(paths: list[str]) -> int:
     return 0
 
 
+def console(argv: list[str] | None = None) -> int:
+    """Entry point of the ``agenteval`` script: quiet when its reader goes away (``| head``)."""
+    try:
+        return main(argv)
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(console())
