@@ -7,26 +7,72 @@ lives in private modules.
 
 from __future__ import annotations
 
-from ._checks import Answer, Check, CheckOutcome, ToolCall, register_check
-from ._evals import (
-    AGGREGATIONS,
-    MAX_NESTING_DEPTH,
-    AtomicCodeEval,
-    AtomicJudgeEval,
-    Bands,
-    Component,
-    CompositeEval,
-    CriterionResult,
-    Eval,
-    EvalInput,
-    EvalResult,
-    NestingError,
-    aggregate,
-    band_verdict,
-)
-from ._judges import Grade, GradeRequest, JudgeError, NotGradable, RulesJudge
-from ._subjects import Response, SubjectError
-from ._yaml import SpecError
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the real imports, for type checkers and IDEs
+    from ._checks import Answer, Check, CheckOutcome, ToolCall, register_check
+    from ._evals import (
+        AGGREGATIONS,
+        MAX_NESTING_DEPTH,
+        AtomicCodeEval,
+        AtomicJudgeEval,
+        Bands,
+        Component,
+        CompositeEval,
+        CriterionResult,
+        Eval,
+        EvalInput,
+        EvalResult,
+        NestingError,
+        aggregate,
+        band_verdict,
+    )
+    from ._judges import Grade, GradeRequest, JudgeError, NotGradable, RulesJudge
+    from ._subjects import Response, SubjectError
+    from ._yaml import SpecError
+
+# Imported on first use, so that loading the plugin (every pytest run) stays cheap.
+_LAZY = {
+    "Answer": "_checks",
+    "Check": "_checks",
+    "CheckOutcome": "_checks",
+    "ToolCall": "_checks",
+    "register_check": "_checks",
+    "AGGREGATIONS": "_evals",
+    "MAX_NESTING_DEPTH": "_evals",
+    "AtomicCodeEval": "_evals",
+    "AtomicJudgeEval": "_evals",
+    "Bands": "_evals",
+    "Component": "_evals",
+    "CompositeEval": "_evals",
+    "CriterionResult": "_evals",
+    "Eval": "_evals",
+    "EvalInput": "_evals",
+    "EvalResult": "_evals",
+    "NestingError": "_evals",
+    "aggregate": "_evals",
+    "band_verdict": "_evals",
+    "Grade": "_judges",
+    "GradeRequest": "_judges",
+    "JudgeError": "_judges",
+    "NotGradable": "_judges",
+    "RulesJudge": "_judges",
+    "Response": "_subjects",
+    "SubjectError": "_subjects",
+    "SpecError": "_yaml",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_agenteval' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
