@@ -485,6 +485,19 @@ def _reliability_chart(bins: Any) -> dict[str, Any] | None:
 _CAL_METRICS = ("n", "accuracy", "kappa", "brier", "ece", "auc")
 
 
+def _threshold_text(threshold: Any) -> str | None:
+    """``{kappa, accuracy, ...}`` → "κ ≥ 0.61, accuracy ≥ 0.85" (a bare number passes through)."""
+    if isinstance(threshold, Mapping):
+        parts = []
+        if _num(threshold.get("kappa")) is not None:
+            parts.append(f"κ ≥ {_num(threshold.get('kappa')):.2f}")
+        if _num(threshold.get("accuracy")) is not None:
+            parts.append(f"accuracy ≥ {_num(threshold.get('accuracy')):.2f}")
+        return ", ".join(parts) or None
+    value = _num(threshold)
+    return None if value is None else f"{value:.2f}"
+
+
 def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
     def row(name: str, data: Any) -> dict[str, Any]:
         data = _map(data)
@@ -493,7 +506,7 @@ def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
         return {
             "name": name,
             **{k: data.get(k) for k in _CAL_METRICS},
-            "threshold": gate.get("threshold"),
+            "threshold": _threshold_text(gate.get("threshold")),
             "gate": "none" if passed is None else "pass" if passed else "fail",
         }
 
@@ -637,7 +650,9 @@ def build_view(
         for sc in scenarios:
             counts[sc["verdict"]] += 1
 
+    calibration_only = calibration is not None and not recs and root is None
     return {
+        "calibration_only": calibration_only,
         "family": _s(s.get("family")),
         "family_version": _s(s.get("family_version")),
         "title": _s(_map(root).get("title") or s.get("family")) or "benchmark",
