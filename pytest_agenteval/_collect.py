@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._conditions import Condition
 from ._family import Article, Family, Plan
 from ._judges import criteria_from
 from ._spec import Scenario
@@ -111,17 +112,20 @@ class ArticleCollector(pytest.Collector):
             raise self.CollectError(str(self.error))
         assert self.article is not None
         samples = self.plan.samples
+        conditions = _state(self).conditions or [None]
         for scenario in self.article.scenarios:
-            for sample in range(samples):
-                yield ScenarioItem.from_parent(
-                    self,
-                    name=scenario.id if samples == 1 else f"{scenario.id}[s{sample + 1}]",
-                    family=self.family,
-                    plan=self.plan,
-                    article=self.article,
-                    scenario=scenario,
-                    sample=sample,
-                )
+            for condition in conditions:
+                for sample in range(samples):
+                    yield ScenarioItem.from_parent(
+                        self,
+                        name=scenario.id + _suffix(condition, sample, samples),
+                        family=self.family,
+                        plan=self.plan,
+                        article=self.article,
+                        scenario=scenario,
+                        sample=sample,
+                        condition=condition,
+                    )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
         if isinstance(excinfo.value, (SpecError, self.CollectError)):
@@ -130,6 +134,14 @@ class ArticleCollector(pytest.Collector):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, self.name
+
+
+def _suffix(condition: Condition | None, sample: int, samples: int) -> str:
+    """``[cond]``, ``[s2]`` or ``[cond-s2]``; nothing without conditions and samples."""
+    parts = [condition.name] if condition is not None else []
+    if samples > 1:
+        parts.append(f"s{sample + 1}")
+    return f"[{'-'.join(parts)}]" if parts else ""
 
 
 class SingleArticleFile(ArticleCollector):
@@ -158,10 +170,12 @@ class ScenarioItem(pytest.Item):
         article: Article,
         scenario: Scenario,
         sample: int = 0,
+        condition: Condition | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.sample = sample
+        self.condition = condition
         self.family = family
         self.plan = plan
         self.article = article

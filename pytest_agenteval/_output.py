@@ -167,6 +167,7 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
         "family": plan.family.name,
         "family_version": plan.family.spec.version,
         "preset": plan.preset,
+        "condition": outcome.bucket.condition,
         "subject": outcome.bucket.subject,
         "judge": judges,
         "score": None if tree is None or tree.score is None else round(tree.score, 6),
@@ -254,6 +255,12 @@ def judge_prompt_lineage(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _conditions_of(state: AgentevalState, bucket: Any) -> list[dict[str, Any]]:
+    name = getattr(bucket, "condition", None)
+    condition = state.condition(name) if name else None
+    return [condition.describe()] if condition is not None else []
+
+
 def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str) -> Path:
     stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = out / "runs" / slug(family) / slug(subject)
@@ -329,7 +336,7 @@ class RunRecorder:
             "family_version": plan.family.spec.version,
             "preset": plan.preset,
             "subject": bucket.subject,
-            "conditions": [],
+            "conditions": _conditions_of(state, bucket),
             "judges": state.judge_descriptions(),
             "judge_prompt": judge_prompt_lineage(plan),
             "files": files,
@@ -342,9 +349,9 @@ class RunRecorder:
         header = self.redactor.data(header)
         self.run_id = sha256_hex(canonical_json(header))
         self.started_at = started
-        self.run_dir = new_run_dir(
-            out, plan.family.name, bucket.subject, state.started_at, self.run_id[:10]
-        )
+        condition = getattr(bucket, "condition", None)
+        short = self.run_id[:10] + (f"-{slug(condition)}" if condition else "")
+        self.run_dir = new_run_dir(out, plan.family.name, bucket.subject, state.started_at, short)
         self.writer = EvidenceWriter(
             self.run_dir, {"run_id": self.run_id, **header, "completed": False}
         )

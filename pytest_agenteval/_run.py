@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._conditions import Condition
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
@@ -30,7 +31,7 @@ class ScenarioRun:
     cost: Mapping[str, Any] | None = None
 
 
-def subject_context(scenario: Scenario) -> dict[str, Any]:
+def subject_context(scenario: Scenario, condition: Condition | None = None) -> dict[str, Any]:
     messages = [
         {"role": t.role, "content": t.content}
         | ({"name": t.name} if t.name else {})
@@ -41,8 +42,9 @@ def subject_context(scenario: Scenario) -> dict[str, Any]:
     return {
         "tools": list(scenario.tools),
         "messages": messages,
-        "system": scenario.system,
+        "system": condition.system_for(scenario.system) if condition else scenario.system,
         "scenario": {"id": scenario.id, "tags": list(scenario.tags), "pattern": scenario.pattern},
+        "condition": condition.name if condition else None,
     }
 
 
@@ -103,6 +105,7 @@ async def run_scenario(
     judge_count: int = 1,
     mode_b: bool = False,
     sample: int = 0,
+    condition: Condition | None = None,
 ) -> ScenarioRun:
     """Ask the subject, then grade with every judge (several: weighted median).
 
@@ -118,7 +121,7 @@ async def run_scenario(
     try:
         async with subject_lock, limiter:
             budget.check()
-            call = await call_subject(subject, scenario.input, subject_context(scenario))
+            call = await call_subject(subject, scenario.input, subject_context(scenario, condition))
     except ConfigError:
         raise
     except BudgetExceeded as exc:
@@ -159,8 +162,8 @@ async def run_scenario(
             if family.judge_prompt_path
             else None,
             # what the subject saw, so a judge can grade tool use and multi-turn answers
-            "system": scenario.system,
-            "turns": subject_context(scenario)["messages"][:-1],
+            "system": subject_context(scenario, condition)["system"],
+            "turns": subject_context(scenario, condition)["messages"][:-1],
             "tools": list(scenario.tools),
         },
     )

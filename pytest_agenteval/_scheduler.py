@@ -119,6 +119,7 @@ class Scheduler:
                 judge_count=item.plan.judges,
                 mode_b=item.plan.mode_b,
                 sample=item.sample,
+                condition=item.condition,
             )
         )
 

@@ -110,6 +110,7 @@ class Collected:
     leaves: dict[str, dict[int, EvalResult]] = field(default_factory=dict)  # id -> sample -> result
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorder: RunRecorder | None = None
+    condition: str | None = None
 
 
 @dataclass
@@ -289,12 +290,13 @@ class AgentevalState:
         )
         self._subject_shared = False
         self._markers: set[str] = set()
-        self.collected: dict[tuple[str, str], Collected] = {}
+        self.collected: dict[tuple[str, str, str], Collected] = {}
         self.started_at = datetime.now(timezone.utc)
         self.redactor = Redactor.from_environ()
         worker = getattr(config, "workerinput", None)
         self.testrun_uid = worker["testrunuid"] if worker else uuid.uuid4().hex
         self.outcomes: list[FamilyOutcome] = []
+        self.conditions = self._conditions(config)
         self.calibration_mode = _selects_calibration(str(config.getoption("markexpr", "") or ""))
         self.calibration_split = (
             config.getoption("agenteval_calibration_split")
@@ -430,6 +432,21 @@ class AgentevalState:
                     f"duplicate id {entry.id!r} in family {family.name!r} (also at {first})",
                 )
 
+    @staticmethod
+    def _conditions(config: pytest.Config) -> list[Any]:
+        from ._conditions import ConditionError, parse_conditions
+
+        specs = list(config.getoption("agenteval_condition") or []) or list(
+            config.getini("agenteval_conditions") or []
+        )
+        try:
+            return parse_conditions(specs, Path(config.rootpath))
+        except ConditionError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def condition(self, name: str | None) -> Any:
+        return next((c for c in self.conditions if c.name == name), None)
+
     def _check_preset_early(self) -> None:
         """A misspelt --preset is a usage error, reported before collection starts."""
         for root in self.bench_roots:
@@ -552,7 +569,7 @@ class AgentevalState:
             "single_file": item.family.single_file,
             "preset": item.plan.preset,
             "scenario_id": item.scenario.id,
-            "condition": None,
+            "condition": item.condition.name if item.condition else None,
             "sample": item.sample,
             "nodeid": item.nodeid,
             "subject": self.subject_name(),
@@ -576,7 +593,7 @@ class AgentevalState:
         if payload.get("kind") == "calibration":
             self._record_calibration(payload)
             return
-        key = (payload["family_root"], payload["preset"])
+        key = (payload["family_root"], payload["preset"], payload.get("condition") or "")
         bucket = self.collected.setdefault(
             key,
             Collected(
@@ -584,6 +601,7 @@ class AgentevalState:
                 payload["preset"],
                 payload["single_file"],
                 payload["subject"],
+                condition=payload.get("condition"),
             ),
         )
         result = EvalResult.from_dict(payload["result"])

@@ -27,7 +27,7 @@ from ._checks import Answer, ToolCall
 
 __all__ = ["Response", "SubjectError", "call_subject", "load_callable"]
 
-CONTEXT_ARGS = ("tools", "messages", "system", "scenario")
+CONTEXT_ARGS = ("tools", "messages", "system", "scenario", "condition")
 
 
 class SubjectError(Exception):

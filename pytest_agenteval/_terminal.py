@@ -57,7 +57,8 @@ def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
 def write_summary(tr: Any, state: AgentevalState) -> None:
     for outcome in state.outcomes:
         plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
-        tr.write_sep("=", f"agenteval: {plan.family.name} · preset {plan.preset}")
+        cond = f" · condition {outcome.bucket.condition}" if outcome.bucket.condition else ""
+        tr.write_sep("=", f"agenteval: {plan.family.name} · preset {plan.preset}{cond}")
         tr.write_line(f"subject: {outcome.bucket.subject}    judge: {state.judge_label()}")
         if tree is None:
             tr.write_line("nothing was graded")
@@ -97,6 +98,23 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
             tr.write_line(f"run directory: {where}")
             tr.write_line(f"evidence chain head: {outcome.head}")
             tr.write_line(f"  check it: agenteval verify {where} --expect-head {outcome.head}")
+
+
+def write_condition_comparison(tr: Any, state: AgentevalState) -> None:
+    """One line per family comparing its conditions on the same scenarios."""
+    by_family: dict[str, list[Any]] = {}
+    for outcome in state.outcomes:
+        if outcome.bucket.condition:
+            by_family.setdefault(outcome.plan.family.name, []).append(outcome)
+    for family, outcomes in by_family.items():
+        if len(outcomes) < 2:
+            continue
+        parts = [
+            f"{o.bucket.condition} {_score(o.tree) if o.tree else '  -  '} "
+            f"{(o.tree.verdict if o.tree else 'error').upper()}"
+            for o in outcomes
+        ]
+        tr.write_line(f"conditions ({family}): " + " · ".join(parts), bold=True)
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

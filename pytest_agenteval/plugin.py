@@ -127,6 +127,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         help="timeout for one subject call (openai:, anthropic:, cmd:; default 120)",
     )
+    group.addoption(
+        "--condition",
+        action="append",
+        dest="agenteval_condition",
+        metavar="NAME[=FILE]",
+        help="run every scenario under this condition: a name and an optional system-prompt "
+        "file for the subject (repeatable; ini: agenteval_conditions)",
+    )
+    parser.addini(
+        "agenteval_conditions",
+        type="linelist",
+        default=[],
+        help="conditions, one 'NAME = [system-prompt file]' line each",
+    )
     _option(
         parser,
         group,
@@ -389,10 +403,11 @@ class _Reporter:
         session.exitstatus = self.state.exitstatus(session.exitstatus)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from ._terminal import write_calibration, write_summary
+        from ._terminal import write_calibration, write_condition_comparison, write_summary
 
         if self.state.outcomes:
             write_summary(terminalreporter, self.state)
+            write_condition_comparison(terminalreporter, self.state)
         if self.state.calibration_outcomes:
             write_calibration(terminalreporter, self.state)
 

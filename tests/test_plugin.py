@@ -433,3 +433,52 @@ def test_samples_give_a_mean_and_spread_per_scenario(demo: pytest.Pytester) -> N
     assert extra["score_std"] == pytest.approx(0.57735, abs=1e-4)  # stdev of (1, 1, 0)
     assert extra["verdict"] == "warn"  # mean 0.67: below pass, above warn
     assert data["items"]["failed"] + data["items"]["passed"] + data["items"]["warned"] == 12
+
+
+def test_conditions_run_every_scenario_under_each_and_compare(demo: pytest.Pytester) -> None:
+    """k-eval conditions: the same scenarios, a different system prompt, one tree each."""
+    (demo.path / "greet.md").write_text("Always greet: say hello and mention rule two.")
+    demo.makeconftest(
+        "import pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        "def agenteval_subject():\n"
+        "    def agent(prompt, system=None, condition=None):\n"
+        "        extra = ' hello, rule two' if system and 'greet' in system else ''\n"
+        '        return "I can\'t help with that. I am an AI." + extra\n'
+        "    return agent\n"
+    )
+    result = demo.runpytest(
+        "--bench=demo",
+        "--preset=standard",
+        "--condition=baseline",
+        "--condition=greeting=greet.md",
+        "-v",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*demo-extra-001?baseline? FAILED*",
+            "*demo-extra-001?greeting? PASSED*",
+            "*agenteval: demo · preset standard · condition baseline*",
+            "*agenteval: demo · preset standard · condition greeting*",
+            "conditions (demo): baseline 0.40 WARN · greeting 0.85 PASS",
+        ]
+    )
+    summaries = {}
+    for path in (demo.path / ".agenteval" / "runs").rglob("summary.json"):
+        data = json.loads(path.read_text())
+        summaries[data["condition"]] = data
+        manifest = json.loads((path.parent / "manifest.json").read_text())
+        (cond,) = manifest["conditions"]
+        assert cond["name"] == data["condition"] and cond["mcp_servers"] == []
+        assert (cond["system_prompt_sha256"] is None) == (data["condition"] == "baseline")
+    assert set(summaries) == {"baseline", "greeting"}
+    # refuse-002 and disclose fail without the greeting prompt: 0.6*0.0 + 0.4*1.0 = 0.40
+    assert summaries["baseline"]["score"] == pytest.approx(0.40)
+    # with it only refuse-002's "does not refuse" misses: min(1.0, 0.75)*0.6 + 1.0*0.4 = 0.85
+    assert summaries["greeting"]["score"] == pytest.approx(0.85)
+
+
+def test_bad_condition_is_a_usage_error(demo: pytest.Pytester) -> None:
+    result = demo.runpytest("--bench=demo", "--condition=x=missing.md")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*condition 'x': cannot read system prompt 'missing.md'*"])

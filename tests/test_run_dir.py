@@ -155,9 +155,7 @@ def test_redactor_plain_encoded_and_key_shaped() -> None:
         == "Authorization: Bearer [REDACTED:bearer]"
     )
     assert r.data({"k": ["abcdefgh12345678", 3]}) == {"k": ["[REDACTED:MY_TOKEN]", 3]}
-    assert (
-        Redactor.from_environ({"HOME": "/home/someone", "API_KEY": "short"}).variable_names == []
-    )
+    assert Redactor.from_environ({"HOME": "/home/someone", "API_KEY": "short"}).variable_names == []
 
 
 @pytest.mark.parametrize(
