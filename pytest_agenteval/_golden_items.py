@@ -60,10 +60,9 @@ def _scenario_context(scenario: Scenario | None) -> dict[str, Any]:
     """What the agent saw in the real scenario (system prompt, earlier turns, tools)."""
     if scenario is None:
         return {}
-    from ._run import subject_context
+    from ._run import seen_by_subject
 
-    ctx = subject_context(scenario)
-    return {"system": scenario.system, "turns": ctx["messages"][:-1], "tools": list(scenario.tools)}
+    return seen_by_subject(scenario)
 
 
 class GoldenCollector(pytest.Collector):

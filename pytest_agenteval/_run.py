@@ -48,6 +48,13 @@ def subject_context(scenario: Scenario, condition: Condition | None = None) -> d
     }
 
 
+def seen_by_subject(scenario: Scenario, condition: Condition | None = None) -> dict[str, Any]:
+    """What the subject saw besides the prompt (system prompt, earlier turns, tools offered),
+    so a judge can grade tool use and multi-turn answers."""
+    ctx = subject_context(scenario, condition)
+    return {"system": ctx["system"], "turns": ctx["messages"][:-1], "tools": ctx["tools"]}
+
+
 def _leaf_meta(family: Family, article: Article, scenario: Scenario) -> dict[str, Any]:
     return {
         "family": family.name,
@@ -124,16 +131,7 @@ async def run_scenario(
             call = await call_subject(subject, scenario.input, subject_context(scenario, condition))
     except ConfigError:
         raise
-    except BudgetExceeded as exc:
-        return ScenarioRun(
-            EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
-            None,
-            (),
-            {},
-            None,
-            None,
-        )
-    except SubjectError as exc:
+    except (BudgetExceeded, SubjectError) as exc:
         return ScenarioRun(
             EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
             None,
@@ -161,10 +159,7 @@ async def run_scenario(
             "judge_prompt_path": str(family.judge_prompt_path)
             if family.judge_prompt_path
             else None,
-            # what the subject saw, so a judge can grade tool use and multi-turn answers
-            "system": subject_context(scenario, condition)["system"],
-            "turns": subject_context(scenario, condition)["messages"][:-1],
-            "tools": list(scenario.tools),
+            **seen_by_subject(scenario, condition),
         },
     )
     judge_costs: list[Cost] = []
