@@ -17,6 +17,7 @@ by defining your own ``agenteval_subject`` fixture.
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -154,20 +155,25 @@ def reference_agent(prompt: str) -> str:
     )
 
 
-class _ReferenceSubject:
-    """Provides the demo as the `agenteval_subject` fixture.
+def _reference_plugin() -> types.ModuleType:
+    """A plugin module holding the demo as the `agenteval_subject` fixture.
 
-    Registered only when pytest runs with this folder as its rootdir: with an
-    editable install this conftest is an ancestor of the bundled families, and
-    it must not stand in for the subject of another project.
+    Built here rather than defined at module level because this conftest is an
+    ancestor of the bundled families in an editable install: a module-level
+    fixture would stand in for the subject of every other project that runs
+    them. It is registered only when pytest runs with this folder as rootdir.
     """
 
-    @pytest.fixture(scope="session")
-    def agenteval_subject(self) -> Callable[[str], str]:
+    @pytest.fixture(scope="session", name="agenteval_subject")
+    def reference_subject() -> Callable[[str], str]:
         """The agent under test for this repository's quickstart: the demo agent above."""
         return reference_agent
+
+    plugin = types.ModuleType("agenteval_reference_subject")
+    plugin.reference_subject = reference_subject  # type: ignore[attr-defined]
+    return plugin
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if Path(config.rootpath).resolve() == Path(__file__).resolve().parent:
-        config.pluginmanager.register(_ReferenceSubject(), "agenteval-reference-subject")
+        config.pluginmanager.register(_reference_plugin(), "agenteval-reference-subject")

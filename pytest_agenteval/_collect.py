@@ -19,12 +19,18 @@ from ._conditions import Condition
 from ._family import Article, Family, Plan
 from ._judges import criteria_from
 from ._spec import Scenario
+from ._stash import STATE
 from ._yaml import SpecError
 
 if TYPE_CHECKING:
     from ._session import AgentevalState
 
-STATE = pytest.StashKey["AgentevalState"]()
+
+NO_SUBJECT = (
+    "agenteval: no subject — pass --subject=module:callable (or openai:MODEL, anthropic:MODEL, "
+    "cmd:COMMAND) or define a fixture named `agenteval_subject` (a callable taking the prompt) "
+    "in conftest.py"
+)
 
 
 class AgentevalError(Exception):
@@ -112,7 +118,9 @@ class ArticleCollector(pytest.Collector):
             raise self.CollectError(str(self.error))
         assert self.article is not None
         samples = self.plan.samples
-        conditions = _state(self).conditions or [None]
+        state = _state(self)
+        conditions = state.conditions or [None]
+        fixture_subject = not state.subject_spec
         for scenario in self.article.scenarios:
             for condition in conditions:
                 for sample in range(samples):
@@ -125,6 +133,7 @@ class ArticleCollector(pytest.Collector):
                         scenario=scenario,
                         sample=sample,
                         condition=condition,
+                        fixture_subject=fixture_subject,
                     )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
@@ -159,8 +168,23 @@ class SingleArticleFile(ArticleCollector):
         yield from super().collect()
 
 
-class ScenarioItem(pytest.Item):
-    """One scenario of one family, graded in setup, judged in runtest."""
+def _with_fixture_subject(agenteval_subject: Any) -> Any:
+    """What a scenario item "calls": pytest fills ``agenteval_subject`` at setup."""
+    return agenteval_subject
+
+
+def _with_spec_subject() -> None:
+    """The same for ``--subject``: the plugin builds the subject, no fixture needed."""
+
+
+class ScenarioItem(pytest.Function):
+    """One scenario of one family, graded in setup, judged in runtest.
+
+    A ``pytest.Function`` whose function takes the ``agenteval_subject``
+    fixture: pytest's public fixture machinery then resolves the subject,
+    autouse fixtures and finalizers exactly as for a test function, with no
+    reach into pytest's private request objects.
+    """
 
     def __init__(
         self,
@@ -171,9 +195,11 @@ class ScenarioItem(pytest.Item):
         scenario: Scenario,
         sample: int = 0,
         condition: Condition | None = None,
+        fixture_subject: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        callobj = _with_fixture_subject if fixture_subject else _with_spec_subject
+        super().__init__(callobj=callobj, **kwargs)
         self.sample = sample
         self.condition = condition
         self.family = family
@@ -190,26 +216,21 @@ class ScenarioItem(pytest.Item):
             scenario.severity or article.meta.severity,
         ):
             self.add_marker(marker)
-        self._init_fixtures()
-
-    # Custom items have no public fixture API; this mirrors what YAML plugins
-    # such as tavern do so that autouse fixtures and `agenteval_subject` work.
-    def _init_fixtures(self) -> None:
-        from _pytest.fixtures import TopRequest
-
-        self.funcargs: dict[str, Any] = {}
-        fm = self.session._fixturemanager
-        self._fixtureinfo = fm.getfixtureinfo(node=self, func=None, cls=None)
-        self.fixturenames = self._fixtureinfo.names_closure
-        self._request = TopRequest(self, _ispytest=True)  # type: ignore[arg-type]
 
     @property
     def severity(self) -> str:
         return self.scenario.severity or self.article.meta.severity
 
     def setup(self) -> None:
-        self._request._fillfixtures()
-        _state(self).grade(self)
+        state = _state(self)
+        try:
+            super().setup()  # fixtures, through pytest's own (public) Function setup
+        except pytest.FixtureLookupError as exc:
+            if getattr(exc, "argname", None) != "agenteval_subject":
+                raise
+            state.stop_reason = "no subject"
+            pytest.exit(NO_SUBJECT, returncode=pytest.ExitCode.USAGE_ERROR)
+        state.grade(self, self.funcargs.get("agenteval_subject"))
 
     def runtest(self) -> None:
         result = self.run.result

@@ -120,6 +120,7 @@ class Scheduler:
                 mode_b=item.plan.mode_b,
                 sample=item.sample,
                 condition=item.condition,
+                preset=item.plan.preset,
             )
         )
 

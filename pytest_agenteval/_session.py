@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from . import _settings as settings
 from ._collect import AgentevalError, ScenarioItem
 from ._cost import DEFAULT_RATES, Budget, parse_rates
 from ._evals import EvalResult
@@ -40,6 +42,7 @@ from ._output import RunRecorder
 from ._redact import Redactor
 from ._scheduler import Scheduler, upcoming_items
 from ._subjects import describe
+from ._tracebacks import describe_exception
 from ._yaml import SpecError
 
 PAYLOAD_VERSION = 1
@@ -99,6 +102,32 @@ def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
     return roots
 
 
+@dataclass(frozen=True)
+class ItemRef:
+    """What the controller must know of a collected item to account for it."""
+
+    nodeid: str
+    family_root: str
+    single_file: bool
+    preset: str
+    scenario_id: str
+    sample: int
+    condition: str | None
+
+
+def _ref_of(item: ScenarioItem) -> ItemRef:
+    family = item.family
+    return ItemRef(
+        nodeid=item.nodeid,
+        family_root=str(item.article.path if family.single_file else family.root),
+        single_file=family.single_file,
+        preset=item.plan.preset,
+        scenario_id=item.scenario.id,
+        sample=item.sample,
+        condition=item.condition.name if item.condition else None,
+    )
+
+
 @dataclass
 class Collected:
     """Results of one family × preset, as they arrive on the controller."""
@@ -148,7 +177,17 @@ class CalibrationOutcome:
     head: str = ""
 
 
-_READ_META = ("file", "line", "pillar", "control_id", "judge", "family", "pattern")
+_READ_META = (
+    "file",
+    "line",
+    "pillar",
+    "control_id",
+    "judge",
+    "family",
+    "pattern",
+    "injection_suspected",  # shown in both reports: a steered grade is never a silent pass
+    "injection_reasons",
+)
 _READ_RESULT = (
     "key",
     "name",
@@ -191,43 +230,72 @@ def _for_reading(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+_MARK_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+
 def _selects_calibration(markexpr: str) -> bool:
     """Does ``-m EXPR`` ask for calibration items?
 
-    True when the expression holds for an item marked ``calibration`` and
-    fails for the same item without it (other markers assumed present):
-    ``calibration``, ``calibration and critical`` yes; ``not calibration``,
-    ``not (calibration)``, ``critical`` no.
+    True when, for some combination of the other markers, the expression
+    holds for an item marked ``calibration`` and fails for the same item
+    without it: ``calibration``, ``calibration and not slow``, ``critical or
+    calibration`` yes; ``not calibration``, ``critical``, ``calibration or not
+    calibration`` no. The expression (``and``, ``or``,
+    ``not``, parentheses, names) is evaluated here, on pytest's grammar,
+    without reaching into pytest's private expression module.
     """
     if "calibration" not in markexpr:
         return False
-    try:
-        from _pytest.mark.expression import Expression
+    tokens = _MARK_TOKEN.findall(markexpr)
+    if "".join(tokens) != re.sub(r"\s+", "", markexpr):
+        return False
 
-        expr = Expression.compile(markexpr)
+    names = sorted({t.split("(", 1)[0] for t in tokens if t not in ("and", "or", "not", "(", ")")})
+    others = [n for n in names if n != "calibration"][:10]  # 2**10 cases at most
 
-        def with_calibration(name: str, **kwargs: Any) -> bool:
+    def holds(marked: bool, present: frozenset[str]) -> bool:
+        words = []
+        for tok in tokens:
+            if tok in ("and", "or", "not", "(", ")"):
+                words.append(tok)
+            else:
+                name = tok.split("(", 1)[0]
+                on = marked if name == "calibration" else name in present
+                words.append("True" if on else "False")
+        try:
+            return bool(eval(" ".join(words), {"__builtins__": {}}, {}))  # noqa: S307 - only and/or/not/True/False/()
+        except SyntaxError:
+            return False
+
+    # a calibration run when, for some set of other markers, the marker decides
+    for mask in range(2 ** len(others)):
+        present = frozenset(n for i, n in enumerate(others) if mask >> i & 1)
+        if holds(True, present) and not holds(False, present):
             return True
-
-        def without_calibration(name: str, **kwargs: Any) -> bool:
-            return name != "calibration"
-
-        return expr.evaluate(with_calibration) and not expr.evaluate(  # type: ignore[arg-type]
-            without_calibration  # type: ignore[arg-type]
-        )
-    except Exception:  # pytest internals moved: fall back to reading the text
-        return "not calibration" not in markexpr and "not (calibration)" not in markexpr
+    return False
 
 
-def _first_set(*values: Any) -> Any:
-    """The first value that was given (0 and 0.0 count as given; None and "" do not)."""
-    return next((v for v in values if v not in (None, "")), None)
+def validate_options(config: pytest.Config) -> None:
+    """Every numeric option, checked before collection (a usage error names the option)."""
+    for dest, what in (
+        ("agenteval_judge_timeout", "a number of seconds"),
+        ("agenteval_judge_deadline", "a number of seconds"),
+        ("agenteval_subject_timeout", "a number of seconds"),
+    ):
+        settings.number(config, dest, None, what=what)
+    settings.integer(config, "agenteval_judge_max_retries", 0, minimum=0)
 
 
 def _settings_dict(settings: Any) -> dict[str, Any] | None:
     if settings is None:
         return None
-    keep = ("timeout_s", "deadline_s", "max_retries", "seed", "max_tokens", "cache_mode")
+    keep: tuple[str, ...] = ("timeout_s", "deadline_s", "max_retries", "seed", "max_tokens")
+    keep += ("cache_mode", "repeat", "repeat_temperature")  # repeat: how a panel repeats it
     return {k: getattr(settings, k) for k in keep if hasattr(settings, k)}
 
 
@@ -270,21 +338,19 @@ class AgentevalState:
         self.out_dir = Path(
             config.getoption("agenteval_out") or config.getini("agenteval_out") or ".agenteval"
         )
+        validate_options(config)
+        if not hasattr(config, "workerinput"):  # found now, not after the paid calls
+            settings.writable_dir(config, "agenteval_out", self.out_dir)
         self._judges: list[Any] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
         self.rates = {**DEFAULT_RATES, **parse_rates(config.getini("agenteval_rates") or [])}
-        max_cost = _first_set(
-            config.getoption("agenteval_max_cost"), config.getini("agenteval_max_cost")
-        )
         workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-        self.max_cost = float(max_cost) if max_cost not in (None, "") else None
+        self.max_cost = settings.number(
+            config, "agenteval_max_cost", None, inclusive=True, what="a budget in USD"
+        )
         self.scheduler = Scheduler(
-            int(
-                config.getoption("agenteval_concurrency")
-                or config.getini("agenteval_concurrency")
-                or 8
-            ),
+            settings.integer(config, "agenteval_concurrency", 8),
             Budget(None if self.max_cost is None else self.max_cost / workers),
             self.rates,
         )
@@ -303,16 +369,23 @@ class AgentevalState:
             or config.getini("agenteval_calibration_split")
             or "holdout"
         )
-        self.calibration_repeat = int(
-            config.getoption("agenteval_calibration_repeat")
-            or config.getini("agenteval_calibration_repeat")
-            or 1
-        )
+        self.calibration_repeat = settings.integer(config, "agenteval_calibration_repeat", 1)
         self.calibration: dict[str, CalibrationBucket] = {}
         self.calibration_outcomes: list[CalibrationOutcome] = []
         self._golden_ids: dict[str, dict[str, str]] = {}
         self._golden_paths: dict[str, set[str]] = {}
         self.other_failures = 0
+        self.subject_origin: dict[str, str] | None = (
+            {"kind": "spec", "spec": self.subject_spec} if self.subject_spec else None
+        )
+        self.stop_reason: str | None = None
+        # items collected here (serial) or announced by xdist workers (controller)
+        self.expected: dict[str, ItemRef] = {}
+        self.expected_other: set[str] = set()
+        self.expected_ids: set[str] = set()
+        self.reported: set[str] = set()
+        self.collection_errors = 0
+        self._id_index: dict[str, dict[str, ItemRef]] | None = None
 
     # ------------------------------------------------------------------ configuration
 
@@ -353,7 +426,9 @@ class AgentevalState:
                     "provider": spec.split(":")[0],
                     "model_requested": getattr(judge, "model", None),
                     "base_url_host": getattr(judge, "base_url_host", None),
+                    "endpoint": getattr(judge, "endpoint", None),  # userinfo never kept
                     "settings": _settings_dict(getattr(judge, "settings", None)),
+                    "cache_authenticated": getattr(judge, "cache_authenticated", None),
                 }
             )
         if not out:
@@ -461,7 +536,9 @@ class AgentevalState:
     def family(self, root: Path) -> Family:
         key = root.resolve()
         if key not in self._families:
-            self._families[key] = load_family(key)
+            self._families[key] = load_family(
+                key, project_root=Path(self.config.rootpath).resolve()
+            )
         return self._families[key]
 
     def single_family(self, path: Path) -> Family:
@@ -479,6 +556,16 @@ class AgentevalState:
                 self._plans[key] = resolve_plan(family, self.preset)
             except PresetError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            from ._run import preset_panel_problem
+            from .plugin import judge_repeat
+
+            problem = preset_panel_problem(
+                self._plans[key],
+                self._judge_specs(),
+                repeat=judge_repeat(self.config) == "sampled",
+            )
+            if problem:
+                raise pytest.UsageError(problem)
         return self._plans[key]
 
     def register_markers(self, family: Family) -> None:
@@ -508,45 +595,88 @@ class AgentevalState:
                     self.scheduler.run_coro(closer())
         self.scheduler.close()
 
-    def subject_for(self, item: ScenarioItem) -> Callable[..., Any]:
+    def spec_subject(self) -> Callable[..., Any]:
+        """The subject built from ``--subject`` (once per process)."""
+        if self._subject is None:
+            spec = str(self.subject_spec)
+            subject = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
+            if subject is None:
+                raise pytest.UsageError(f"--subject {spec!r}: no subject of that kind")
+            self._subject, self._subject_name = subject, spec
+            self._subject_shared = True
+        return self._subject
+
+    def note_subject_fixture(self, *, scope: str, where: str) -> None:
+        """Called when pytest sets up the ``agenteval_subject`` fixture: where it comes from.
+
+        A function-scoped fixture gives each item its own subject, so calls
+        cannot be started ahead for later items: one call is in flight at a
+        time. That is said once, in one line, with what to write instead.
+        """
+        self._subject_shared = scope == "session"
+        self._learn_origin(
+            {"kind": "fixture", "fixture": "agenteval_subject", "where": where, "scope": scope}
+        )
+
+    def _learn_origin(self, origin: dict[str, str] | None) -> None:
+        """Remember where the subject comes from; say it once (under xdist: from a report)."""
+        if origin is None or self.subject_origin is not None:
+            return
+        self.subject_origin = origin
+        if origin.get("kind") != "fixture":
+            return
+        where, scope = origin.get("where"), origin.get("scope")
+        line = f"agenteval: subject from the agenteval_subject fixture at {where} (scope {scope})"
+        if scope != "session":
+            line += (
+                f"; a {scope}-scoped subject is called one item at a time (1 call in flight) — "
+                '@pytest.fixture(scope="session") keeps '
+                f"{self.scheduler.concurrency} calls in flight"
+            )
+        self._announce(line)
+
+    def _announce(self, line: str) -> None:
+        """One line on the terminal now (serial runs; workers' output is not shown)."""
+        if self.is_worker:
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        # called during an item's setup, where output is captured: step outside it
+        quiet = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        with quiet:
+            reporter.ensure_newline()
+            reporter.write_line(line, yellow="1 call in flight" in line)
+
+    def subject_header(self) -> str:
         if self.subject_spec:
-            if self._subject is None:
-                spec = self.subject_spec
-                subject = self.config.hook.pytest_agenteval_make_subject(
-                    config=self.config, spec=spec
-                )
-                if subject is None:
-                    raise pytest.UsageError(f"--subject {spec!r}: no subject of that kind")
-                self._subject, self._subject_name = subject, spec
-                self._subject_shared = True
-            return self._subject
-        try:
-            subject = item._request.getfixturevalue("agenteval_subject")
-        except pytest.FixtureLookupError:
-            raise AgentevalError(
-                "no subject: pass --subject=module:callable or define a fixture named "
-                "`agenteval_subject` (a callable taking the prompt) in conftest.py"
-            ) from None
+            return f"--subject {self.subject_spec}"
+        return "the agenteval_subject fixture (its file is named when it is set up)"
+
+    def subject_for(self, item: ScenarioItem, fixture_value: Any = None) -> Callable[..., Any]:
+        if self.subject_spec:
+            return self.spec_subject()
+        subject = fixture_value
         if not callable(subject):
             raise AgentevalError(
                 f"agenteval_subject fixture returned {type(subject).__name__}, not a callable"
             )
         self._subject_name = self._subject_name or describe(subject)
-        defs = item.session._fixturemanager.getfixturedefs("agenteval_subject", item)
-        self._subject_shared = bool(defs) and defs is not None and defs[-1].scope == "session"
         return subject
 
     def subject_name(self) -> str:
         return self._subject_name or self.subject_spec or "agenteval_subject"
 
-    def grade(self, item: ScenarioItem) -> None:
-        subject = self.subject_for(item)
+    def grade(self, item: ScenarioItem, fixture_value: Any = None) -> None:
+        subject = self.subject_for(item, fixture_value)
         judges = self.judges()
         upcoming = upcoming_items(item) if self._subject_shared else []
         try:
             run = self.scheduler.run(item, subject, judges, upcoming)
         except ConfigError as exc:
             self.scheduler.cancel_pending()  # clients close in close(), on this loop
+            self.stop_reason = f"configuration error: {exc}"
             pytest.exit(
                 f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
             )
@@ -561,6 +691,89 @@ class AgentevalState:
         if result.verdict == "skipped":
             pytest.skip(result.reasoning or "nothing to grade")
 
+    # ------------------------------------------------------------------ items that never graded
+
+    def setup_error_text(self, item: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+        """A short, redacted message for an item whose setup failed.
+
+        Our own errors are already one line. Anything else (a raising
+        ``agenteval_subject`` fixture, a missing fixture, a bug) is shown as
+        the exception and the frames of the user's code, not pytest's.
+        """
+        exc = excinfo.value
+        if isinstance(exc, (AgentevalError, pytest.skip.Exception)):
+            text = str(exc)
+        elif isinstance(exc, pytest.FixtureLookupError):
+            text = f"fixture lookup failed: {_first_line(str(exc))}"
+        else:
+            text = describe_exception(exc, Path(self.config.rootpath))
+        return self.redactor.text(text)
+
+    def error_payload_for(self, item: ScenarioItem, message: str) -> dict[str, Any]:
+        """The record of an item that errored before any grade (so nothing is lost)."""
+        return self._error_payload(_ref_of(item), message, self.subject_name())
+
+    def _error_payload(self, ref: ItemRef, message: str, subject: str) -> dict[str, Any]:
+        family = (
+            self.single_family(Path(ref.family_root))
+            if ref.single_file
+            else self.family(Path(ref.family_root))
+        )
+        article = next(
+            a for a in family.articles if any(s.id == ref.scenario_id for s in a.scenarios)
+        )
+        scenario = next(s for s in article.scenarios if s.id == ref.scenario_id)
+        from ._run import _leaf_meta as leaf_meta
+
+        result = EvalResult(
+            key=scenario.id,
+            name=scenario.id,
+            score=None,
+            verdict="error",
+            kind="scenario",
+            weight=float(scenario.weight),
+            error=message,
+            meta=leaf_meta(family, article, scenario),
+        )
+        return {
+            "v": PAYLOAD_VERSION,
+            "family": family.name,
+            "family_root": ref.family_root,
+            "single_file": ref.single_file,
+            "preset": ref.preset,
+            "scenario_id": scenario.id,
+            "condition": ref.condition,
+            "sample": ref.sample,
+            "nodeid": ref.nodeid,
+            "subject": subject,
+            "result": result.to_dict(),
+            "prompt": scenario.input,
+            "answer": None,
+            "tool_calls": [],
+            "usage": {},
+            "cost": None,
+            "timings": {"subject_s": None, "judge_s": None},
+        }
+
+    def expect_items(self, items: list[Any]) -> None:
+        """The items this process collected (serial run, or a worker)."""
+        for item in items:
+            if isinstance(item, ScenarioItem):
+                self.expected[item.nodeid] = _ref_of(item)
+            else:
+                self.expected_other.add(item.nodeid)
+
+    def expect_ids(self, ids: list[str]) -> None:
+        """The node ids an xdist worker collected (the controller collects nothing itself)."""
+        self.expected_ids.update(ids)
+
+    def has_work(self) -> bool:
+        """Is there a run to account for? Not when collection failed and nothing ran:
+        the collection errors (file and line) are the whole story then."""
+        if self.config.option.collectonly or (self.collection_errors and not self.reported):
+            return False
+        return bool(self.collected or self.calibration or self.expected or self.expected_ids)
+
     def _payload(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
         return {
             "v": PAYLOAD_VERSION,
@@ -573,6 +786,7 @@ class AgentevalState:
             "sample": item.sample,
             "nodeid": item.nodeid,
             "subject": self.subject_name(),
+            "subject_origin": self.subject_origin,
             "result": run.result.to_dict(),
             "prompt": item.scenario.input,
             "answer": run.answer,
@@ -587,9 +801,28 @@ class AgentevalState:
     def record(self, report: pytest.TestReport) -> None:
         payload = getattr(report, "agenteval", None)
         if not isinstance(payload, dict):
-            if report.failed and report.when in ("setup", "call"):
+            lost = report.failed and report.when not in ("setup", "call", "teardown")
+            ref = self._ref_for(report.nodeid) if report.failed else None
+            if ref is not None and report.nodeid not in self.reported:
+                # an item of ours that failed without a grade: xdist's report of a
+                # crashed worker (when "???"), or a setup failure on an old worker
+                why = (
+                    "the worker running this item crashed (killed or segfaulted) before it "
+                    "reported a grade"
+                    if lost
+                    else f"errored before a grade: {_first_line(report.longreprtext)}"
+                )
+                self._ingest(self._error_payload(ref, why, self.subject_name()))
+            elif report.failed and report.when in ("setup", "call"):
                 self.other_failures += 1
             return
+        self._ingest(payload)
+
+    def _ingest(self, payload: dict[str, Any]) -> None:
+        """Take one item's record: the tree's leaves, the evidence chain."""
+        self._learn_origin(payload.pop("subject_origin", None))
+        if payload.get("nodeid"):
+            self.reported.add(payload["nodeid"])
         if payload.get("kind") == "calibration":
             self._record_calibration(payload)
             return
@@ -614,6 +847,83 @@ class AgentevalState:
         if bucket.recorder is None:
             bucket.recorder = RunRecorder(self, bucket, self._plan_for(bucket))
         bucket.recorder.add(payload)
+
+    def _account_for_missing(self, interrupted: bool) -> None:
+        """Every collected item gets an outcome: those without one become errors."""
+        if self.stop_reason:
+            why = f"not evaluated: the run stopped ({self.stop_reason})"
+        elif interrupted:
+            why = "not evaluated: the run was interrupted or stopped (-x, Ctrl-C) before it ran"
+        else:
+            why = "not evaluated: no result for this item reached pytest (lost item)"
+        wanted = (set(self.expected) | self.expected_ids) - self.expected_other - self.reported
+        for nodeid in sorted(wanted):
+            ref = self._ref_for(nodeid)
+            if ref is not None:
+                self._ingest(self._error_payload(ref, why, self.subject_name()))
+
+    def _ref_for(self, nodeid: str) -> ItemRef | None:
+        """The item behind *nodeid*: known directly (serial), else matched to a family file.
+
+        Under xdist the controller collects nothing; it matches the node id's
+        file part against the article files of the families of this run.
+        """
+        if nodeid in self.expected:
+            return self.expected[nodeid]
+        if nodeid not in self.expected_ids:
+            return None
+        if self._id_index is None:
+            self._id_index = self._build_id_index()
+        path_part, _, name = nodeid.partition("::")
+        for tail, refs in self._id_index.items():
+            if path_part == tail or path_part.endswith("/" + tail):
+                ref = refs.get(name)
+                if ref is not None:
+                    return replace(ref, nodeid=nodeid)
+        return None
+
+    def _build_id_index(self) -> dict[str, dict[str, ItemRef]]:
+        """``family-folder/article.yaml`` -> item name -> ItemRef, for the run's families."""
+        from ._collect import _suffix
+
+        index: dict[str, dict[str, ItemRef]] = {}
+        base = Path(self.config.invocation_params.dir)
+        for arg in self.config.args:
+            path = (base / str(arg).split("::", 1)[0]).resolve()
+            with contextlib.suppress(SpecError, ValueError, OSError):
+                if is_family_dir(path):
+                    self.family(path)
+                elif path.suffix in (".yaml", ".yml") and is_family_dir(path.parent):
+                    self.family(path.parent)
+                elif path.suffix in (".yaml", ".yml") and path.name != "benchmark.yaml":
+                    self.single_family(path)
+        families = list(self._families.values())
+        for family in families:
+            try:
+                plan = self.plan(family)
+            except pytest.UsageError:
+                continue
+            for article in family.articles:
+                if family.single_file:
+                    tail, root = article.path.name, str(article.path)
+                else:
+                    rel = article.path.relative_to(family.root).as_posix()
+                    tail, root = f"{family.root.name}/{rel}", str(family.root)
+                refs = index.setdefault(tail, {})
+                for scenario in article.scenarios:
+                    for condition in self.conditions or [None]:
+                        for sample in range(plan.samples):
+                            name = scenario.id + _suffix(condition, sample, plan.samples)
+                            refs[name] = ItemRef(
+                                nodeid="",
+                                family_root=root,
+                                single_file=family.single_file,
+                                preset=plan.preset,
+                                scenario_id=scenario.id,
+                                sample=sample,
+                                condition=condition.name if condition else None,
+                            )
+        return index
 
     def _plan_for(self, bucket: Collected) -> Plan:
         root = Path(bucket.family_root)
@@ -650,6 +960,7 @@ class AgentevalState:
             pytest.ExitCode.USAGE_ERROR,
             pytest.ExitCode.INTERNAL_ERROR,
         )
+        self._account_for_missing(interrupted)
         for _key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
             plan = self._plan_for(bucket)
             tree = build_tree(

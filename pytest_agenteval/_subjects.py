@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ._checks import Answer, ToolCall
+from ._tracebacks import describe_exception
 
 __all__ = ["Response", "SubjectError", "call_subject", "load_callable"]
 
@@ -89,10 +90,19 @@ async def call_subject(
                 value = await value
     except (asyncio.CancelledError, SubjectError):
         raise
-    except Exception as exc:
-        raise SubjectError(f"subject raised {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # an agent calling sys.exit() errs one item only
+        raise SubjectError("subject raised " + describe_exception(exc, Path.cwd())) from exc
     latency = time.perf_counter() - start
-    return SubjectCall(_normalise(value), latency)
+    response = _normalise(value)
+    try:
+        response.answer()
+        dict(response.usage)
+    except Exception as exc:  # tool_calls/usage of the wrong shape: this item errs, not the run
+        raise SubjectError(
+            f"subject returned a malformed Response ({type(exc).__name__}: {exc}); tool_calls "
+            "must be ToolCall objects or mappings with 'name' and 'arguments', usage a mapping"
+        ) from exc
+    return SubjectCall(response, latency)
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import hookspecs
+from ._stash import STATE
 
 _GROUP = "agenteval"
 
@@ -108,6 +108,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         parser,
         group,
+        "--judge-repeat",
+        choices=("no", "sampled"),
+        help="a preset's judges: N with fewer --judge given: no (default: refused, "
+        "pass N different judges) or sampled (repeat a judge, seed base+k at temperature 0.7)",
+    )
+    _option(
+        parser,
+        group,
         "--subject",
         metavar="SPEC",
         help="agent under test: module:callable (default: the agenteval_subject fixture)",
@@ -126,6 +134,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         type=float,
         help="timeout for one subject call (openai:, anthropic:, cmd:; default 120)",
+    )
+    _option(
+        parser,
+        group,
+        "--subject-env",
+        action="append",
+        metavar="NAME",
+        ini_type="linelist",
+        help="environment variable a cmd: subject may see besides PATH, HOME, locale and "
+        "temp-dir ones (repeatable; NAME or a pattern such as MYAGENT_*)",
     )
     group.addoption(
         "--condition",
@@ -195,13 +213,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from ._collect import STATE
-    from ._session import AgentevalState
-
     config.addinivalue_line("markers", "agenteval: a scenario of an agent benchmark")
     config.addinivalue_line("markers", "calibration: a golden-dataset entry graded by the judge")
+    if not _run_requested(config):
+        return  # a plain pytest run: nothing of ours is imported or registered
+    from ._roles import RunPlugin
+    from ._session import AgentevalState
+
     state = AgentevalState(config)
     config.stash[STATE] = state
+    config.pluginmanager.register(RunPlugin(state), "agenteval-run")
     _sigterm_as_interrupt(config)
     roots = state.golden_roots() if state.calibration_mode else state.bench_roots
     if roots:
@@ -210,6 +231,28 @@ def pytest_configure(config: pytest.Config) -> None:
             config.args = [*config.args, *(p for p in paths if p not in config.args)]
         else:
             config.args = paths
+
+
+_RUN_SUFFIXES = (".yaml", ".yml", ".jsonl")
+
+
+def _run_requested(config: pytest.Config) -> bool:
+    """Does this command ask for a benchmark or calibration run? (cheap: no YAML read)
+
+    Yes with ``--bench`` (or its ini key), with a ``-m`` expression naming
+    ``calibration``, or when a command-line path is a YAML/JSONL file or a
+    folder holding a ``benchmark.yaml``. Anything else is a plain pytest run.
+    """
+    if config.getoption("agenteval_bench") or config.getini("agenteval_bench"):
+        return True
+    if "calibration" in str(config.getoption("markexpr", "") or ""):
+        return True
+    base = Path(config.invocation_params.dir)
+    for arg in config.args:
+        path = base / str(arg).split("::", 1)[0]
+        if path.suffix in _RUN_SUFFIXES or (path / "benchmark.yaml").is_file():
+            return True
+    return False
 
 
 def _sigterm_as_interrupt(config: pytest.Config) -> None:
@@ -232,14 +275,6 @@ def _sigterm_as_interrupt(config: pytest.Config) -> None:
     config.add_cleanup(restore)
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    from ._collect import STATE
-
-    state = config.stash.get(STATE, None)
-    if state is not None:
-        state.close()
-
-
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if config.getoption("agenteval_bench_list"):
         from ._listing import print_listing
@@ -257,16 +292,16 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return [
         f"agenteval: bench {fams} · preset {state.preset or 'smoke (default)'}",
         f"agenteval: judge {state.judge_label()}",
+        f"agenteval: subject {state.subject_header()}",
     ]
 
 
 def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    from ._collect import FamilyDir
-    from ._family import is_family_dir
-
     state = _state(parent.config)
-    if state is None or not is_family_dir(path):
+    if state is None or not (path / "benchmark.yaml").is_file():
         return None
+    from ._collect import FamilyDir
+
     if not state.is_selected_family(path, parent.session):
         return None
     nodeid = None
@@ -278,9 +313,11 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix not in _RUN_SUFFIXES or _state(parent.config) is None:
+        return None
     if file_path.suffix == ".jsonl":
         return _golden_file(file_path, parent)
-    if file_path.suffix not in (".yaml", ".yml") or not parent.session.isinitpath(file_path):
+    if not parent.session.isinitpath(file_path):
         return None
     from ._collect import SingleArticleFile
     from ._family import BENCHMARK_FILE, is_family_dir
@@ -318,100 +355,6 @@ def _golden_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector 
     return GoldenCollector.from_parent(parent, name=file_path.name, path=file_path, nodeid=nodeid)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, Any]:
-    report = yield
-    from ._collect import AgentevalError
-
-    if (
-        call.when == "setup"
-        and call.excinfo is not None
-        and call.excinfo.errisinstance(AgentevalError)
-    ):
-        # a clear message, not a traceback through the plugin's internals
-        report.longrepr = _state(item.config).redactor.text(str(call.excinfo.value))
-    payload = getattr(item, "payload", None)
-    if payload is None:
-        return report
-    if call.when == "call" or (call.when == "setup" and not report.passed):
-        report.agenteval = payload
-    return report
-
-
-def pytest_report_teststatus(
-    report: pytest.TestReport, config: pytest.Config
-) -> tuple[str, str, str] | None:
-    payload = getattr(report, "agenteval", None)
-    if (
-        isinstance(payload, dict)
-        and report.when == "call"
-        and report.passed
-        and payload.get("result", {}).get("verdict") == "warn"
-    ):
-        return "warned", "W", ("WARN", {"yellow": True})  # type: ignore[return-value]
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    state = _state(session.config)
-    if state is not None:
-        session.config.pluginmanager.register(_Reporter(state), "agenteval-reporter")
-
-
-class _Reporter:
-    """Controller-side hooks: receives every report, aggregates at the end."""
-
-    def __init__(self, state: Any) -> None:
-        self.state = state
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Build judges and subjects once collection found benchmark items.
-
-        A missing key or an unknown judge kind is then a usage error before any
-        item runs, and SDK imports happen at start-up, not during the first item.
-        """
-        from ._collect import ScenarioItem
-        from ._golden_items import CalibrationItem
-
-        kinds = {type(item) for item in session.items}
-        if kinds & {ScenarioItem, CalibrationItem}:
-            self.state.judges()
-        first = next((i for i in session.items if isinstance(i, ScenarioItem)), None)
-        if first is None or session.config.option.collectonly:
-            return
-        if self.state.subject_spec:
-            self.state.subject_for(first)
-        elif not session._fixturemanager.getfixturedefs("agenteval_subject", first):
-            pytest.exit(
-                "agenteval: no subject — pass --subject=module:callable (or openai:MODEL, "
-                "anthropic:MODEL, cmd:COMMAND) or define a fixture named `agenteval_subject` "
-                "(a callable taking the prompt) in conftest.py",
-                returncode=pytest.ExitCode.USAGE_ERROR,
-            )
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.state.record(report)
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.state.is_worker or not (self.state.collected or self.state.calibration):
-            return
-        self.state.finish(session, exitstatus)
-        session.exitstatus = self.state.exitstatus(session.exitstatus)
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from ._terminal import write_calibration, write_condition_comparison, write_summary
-
-        if self.state.outcomes:
-            write_summary(terminalreporter, self.state)
-            write_condition_comparison(terminalreporter, self.state)
-        if self.state.calibration_outcomes:
-            write_calibration(terminalreporter, self.state)
-
-
 def _family_name(state: Any, root: Path) -> str:
     try:
         return str(state.family(root).name)
@@ -420,8 +363,6 @@ def _family_name(state: Any, root: Path) -> str:
 
 
 def _state(config: pytest.Config) -> Any:
-    from ._collect import STATE
-
     return config.stash.get(STATE, None)
 
 
@@ -442,6 +383,7 @@ def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
 
 
 def _judge_settings(config: pytest.Config) -> Any:
+    from . import _settings as settings
     from ._llm import JudgeSettings
 
     def opt(name: str) -> Any:
@@ -463,28 +405,37 @@ def _judge_settings(config: pytest.Config) -> Any:
         cache_dir = out / "judge-cache"
     defaults = JudgeSettings()
 
-    def number(name: str, default: float) -> float:
-        value = opt(name)
-        return default if value is None else float(value)
+    def seconds(name: str, default: float) -> float:
+        return settings.number(config, name, default, what="a number of seconds") or default
 
     return JudgeSettings(
         base_url=opt("agenteval_judge_base_url"),
-        timeout_s=number("agenteval_judge_timeout", defaults.timeout_s),
-        deadline_s=number("agenteval_judge_deadline", defaults.deadline_s),
-        max_retries=int(number("agenteval_judge_max_retries", defaults.max_retries)),
+        timeout_s=seconds("agenteval_judge_timeout", defaults.timeout_s),
+        deadline_s=seconds("agenteval_judge_deadline", defaults.deadline_s),
+        max_retries=settings.integer(
+            config, "agenteval_judge_max_retries", defaults.max_retries, minimum=0
+        ),
         cache_dir=Path(cache_dir) if cache_dir else None,
         cache_mode=cache_mode,  # type: ignore[arg-type]  # validated by the option choices
+        repeat=judge_repeat(config),  # type: ignore[arg-type]  # validated by make_llm_judge
     )
+
+
+def judge_repeat(config: pytest.Config) -> str:
+    """``--judge-repeat`` / ini ``agenteval_judge_repeat``: ``no`` (default) or ``sampled``."""
+    value = config.getoption("agenteval_judge_repeat") or config.getini("agenteval_judge_repeat")
+    return str(value or "no").strip().lower()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | None:
     kind = spec.split(":", 1)[0]
     if kind in {"openai", "anthropic", "cmd"}:
+        from . import _settings as settings
         from ._provider_subjects import SubjectConfigError, make_subject
 
-        timeout = config.getoption("agenteval_subject_timeout") or config.getini(
-            "agenteval_subject_timeout"
+        timeout = settings.number(
+            config, "agenteval_subject_timeout", 120.0, what="a number of seconds"
         )
         try:
             return make_subject(
@@ -492,7 +443,15 @@ def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | Non
                 base_url=config.getoption("agenteval_subject_base_url")
                 or config.getini("agenteval_subject_base_url")
                 or None,
-                timeout_s=float(timeout or 120.0),
+                timeout_s=timeout or 120.0,
+                pass_env=[
+                    name
+                    for entry in [
+                        *(config.getoption("agenteval_subject_env") or []),
+                        *(config.getini("agenteval_subject_env") or []),
+                    ]
+                    for name in entry.replace(",", " ").split()
+                ],
             )
         except (SubjectConfigError, ValueError) as exc:
             raise pytest.UsageError(f"--subject {kind}:…: {exc}") from None

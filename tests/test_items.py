@@ -1,0 +1,373 @@
+"""Every collected item gets an outcome, and a broken subject reads like the user's own bug.
+
+Run the way users run the plugin (pytester), serially and with ``-n 2``:
+items whose subject fixture raises, whose agent raises or exits, whose
+worker dies, or which never ran because the run stopped, are ERRORs in
+results.jsonl, JUnit and the gate — never dropped, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from demo_family import BENCHMARK, DISCLOSE, EXTRA, REFUSE
+
+N_SMOKE = 3  # demo-refuse-001, demo-refuse-002, demo-disclose-001
+
+
+def run_dir(pytester: pytest.Pytester) -> Path:
+    found = sorted((pytester.path / ".agenteval" / "runs").rglob("summary.json"))
+    assert found, "no run directory written"
+    return found[-1].parent
+
+
+def records(pytester: pytest.Pytester) -> list[dict]:
+    lines = (run_dir(pytester) / "results.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("nodeid")]
+
+
+def junit_cases(pytester: pytest.Pytester) -> dict[str, ET.Element]:
+    root = ET.parse(run_dir(pytester) / "junit.xml").getroot()
+    return {case.get("name", ""): case for case in root.iter("testcase")}
+
+
+def family(pytester: pytest.Pytester, conftest: str) -> pytest.Pytester:
+    fam = pytester.mkdir("demo")
+    (fam / "benchmark.yaml").write_text(BENCHMARK)
+    (fam / "refuse.yaml").write_text(REFUSE)
+    (fam / "extra.yaml").write_text(EXTRA)
+    (fam / "disclose.yaml").write_text(DISCLOSE)
+    pytester.makeconftest(conftest)
+    return pytester
+
+
+def assert_all_errored(pytester: pytest.Pytester, needle: str) -> None:
+    """Each smoke item is an ERROR naming *needle*, in results.jsonl and JUnit."""
+    recs = records(pytester)
+    assert len(recs) == N_SMOKE
+    for rec in recs:
+        assert rec["result"]["verdict"] == "error"
+        assert needle in rec["result"]["error"]
+    cases = junit_cases(pytester)
+    assert len(cases) == N_SMOKE
+    for case in cases.values():
+        assert case.find("failure") is not None or case.find("error") is not None
+    summary = json.loads((run_dir(pytester) / "summary.json").read_text())
+    assert summary["gate"]["passed"] is False
+    assert summary["items"]["errors"] == N_SMOKE
+
+
+RAISING_FIXTURE = """\
+import os
+import pytest
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    key = os.environ["AGENTEVAL_TEST_MISSING_KEY"]
+    return lambda prompt: key
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_raising_subject_fixture_is_one_short_error_per_item(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    family(pytester, RAISING_FIXTURE)
+    result = pytester.runpytest("--bench=demo", *workers)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # the user's message and the frame in their conftest, not pytest's internals
+    assert "KeyError: 'AGENTEVAL_TEST_MISSING_KEY'" in out
+    assert "conftest.py:6 in agenteval_subject" in out
+    assert "_pytest/" not in out and "pluggy/" not in out and "Traceback" not in out
+    assert len(out.splitlines()) < 80, out
+    result.stdout.fnmatch_lines(["*gate: FAILED*", "*run directory: *"])
+    assert_all_errored(pytester, "AGENTEVAL_TEST_MISSING_KEY")
+
+
+def test_agent_that_raises_shows_the_frame_in_the_users_code(pytester: pytest.Pytester) -> None:
+    family(
+        pytester,
+        """\
+import pytest
+
+def lookup(prompt):
+    return {"known": "yes"}[prompt]
+
+def agent(prompt):
+    return lookup(prompt)
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+""",
+    )
+    result = pytester.runpytest("--bench=demo")
+    out = result.stdout.str()
+    assert "conftest.py:7 in agent" in out and "conftest.py:4 in lookup" in out
+    assert 'return {"known": "yes"}[prompt]' in out
+    assert_all_errored(pytester, "KeyError")
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("raise SystemExit(3)", "SystemExit"),
+        ("return Response('ok', tool_calls=[42])", "malformed Response"),
+        ("return Response('ok', usage=['nope'])", "malformed Response"),
+    ],
+    ids=["sys-exit", "bad-tool-calls", "bad-usage"],
+)
+def test_agent_misbehaving_errs_its_items_and_the_run_goes_on(
+    pytester: pytest.Pytester, body: str, needle: str
+) -> None:
+    family(
+        pytester,
+        f"""\
+import pytest
+from pytest_agenteval import Response
+
+def agent(prompt):
+    {body}
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+""",
+    )
+    # a subprocess: in-process runs re-import the package, so the conftest's
+    # `Response` would be another class object than the plugin's
+    result = pytester.runpytest_subprocess("--bench=demo")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(errors=N_SMOKE)
+    assert_all_errored(pytester, needle)
+
+
+def test_missing_subject_is_a_clear_error_with_evidence(pytester: pytest.Pytester) -> None:
+    family(pytester, "")
+    result = pytester.runpytest("--bench=demo")
+    out = result.stdout.str()
+    assert out.count("agenteval: no subject — pass --subject=module:callable") == 1
+    assert "fixture 'agenteval_subject' not found" not in out  # pytest's long listing
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_all_errored(pytester, "not evaluated: the run stopped (no subject)")
+
+
+KILLER = """\
+import os, signal
+import pytest
+
+def agent(prompt):
+    if "human" in prompt:  # demo-disclose-001 only
+        os.kill(os.getpid(), signal.SIGKILL)
+    if "refuse" in prompt:
+        return "I can't help with that."
+    return "hello team"
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+"""
+
+
+def test_item_whose_worker_is_killed_is_an_error_everywhere(pytester: pytest.Pytester) -> None:
+    family(pytester, KILLER)
+    result = pytester.runpytest("--bench=demo", "-n", "2", "--max-worker-restart=4")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*gate: FAILED*"])
+    recs = {r["scenario_id"]: r for r in records(pytester)}
+    # every collected item has exactly one record; the ones the kill took are errors
+    assert sorted(recs) == ["demo-disclose-001", "demo-refuse-001", "demo-refuse-002"]
+    assert len(records(pytester)) == N_SMOKE
+    lost = recs["demo-disclose-001"]["result"]
+    assert lost["verdict"] == "error" and "crashed" in lost["error"]
+    errored = [sid for sid, r in recs.items() if r["result"]["verdict"] == "error"]
+    for sid in errored:  # a worker grades ahead, so the kill may take a neighbour too
+        case = junit_cases(pytester)[sid]
+        assert case.find("failure") is not None or case.find("error") is not None
+    summary = json.loads((run_dir(pytester) / "summary.json").read_text())
+    assert summary["items"]["errors"] == len(errored) >= 1
+    assert summary["gate"]["passed"] is False
+    assert any("errored" in reason for reason in summary["gate"]["reasons"])
+
+
+def test_interrupt_before_the_first_result_leaves_evidence(pytester: pytest.Pytester) -> None:
+    family(
+        pytester,
+        """\
+import pytest
+
+def agent(prompt):
+    raise KeyboardInterrupt
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+""",
+    )
+    result = pytester.runpytest_subprocess("--bench=demo")  # Ctrl-C stays in there
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert_all_errored(pytester, "not evaluated")
+    manifest = json.loads((run_dir(pytester) / "manifest.json").read_text())
+    assert manifest["completed"] is False
+
+
+def test_function_scoped_subject_is_named_once_with_the_fix(pytester: pytest.Pytester) -> None:
+    family(
+        pytester,
+        """\
+import pytest
+
+@pytest.fixture
+def agenteval_subject():
+    return lambda prompt: "I can't help with that. hello team. I am an AI."
+""",
+    )
+    result = pytester.runpytest("--bench=demo")
+    out = result.stdout.str()
+    notices = [ln for ln in out.splitlines() if "1 call in flight" in ln]
+    assert len(notices) == 1, out
+    assert "conftest.py:3" in notices[0] and 'scope="session"' in notices[0]
+    assert len(records(pytester)) == N_SMOKE
+
+
+def test_subject_origin_printed_and_in_the_manifest(pytester: pytest.Pytester) -> None:
+    family(
+        pytester,
+        """\
+import pytest
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return lambda prompt: "I can't help with that."
+""",
+    )
+    result = pytester.runpytest("--bench=demo")
+    result.stdout.fnmatch_lines(
+        ["*subject from the agenteval_subject fixture at conftest.py:3 (scope session)*"]
+    )
+    manifest = json.loads((run_dir(pytester) / "manifest.json").read_text())
+    assert manifest["subject_origin"] == {
+        "kind": "fixture",
+        "fixture": "agenteval_subject",
+        "where": "conftest.py:3",
+        "scope": "session",
+    }
+
+
+def test_subject_spec_origin_in_the_manifest(pytester: pytest.Pytester) -> None:
+    family(pytester, "")
+    pytester.makepyfile(myagent='def agent(prompt):\n    return "I can\'t help with that."\n')
+    result = pytester.runpytest("--bench=demo", "--subject=myagent:agent")
+    result.stdout.fnmatch_lines(["*agenteval: subject --subject myagent:agent*"])
+    manifest = json.loads((run_dir(pytester) / "manifest.json").read_text())
+    assert manifest["subject_origin"] == {"kind": "spec", "spec": "myagent:agent"}
+
+
+def test_plain_pytest_imports_nothing_heavy(pytester: pytest.Pytester) -> None:
+    """A project that merely has the plugin installed pays nothing for it."""
+    pytester.makepyfile(
+        test_plain="""\
+import sys
+
+def test_nothing_heavy_loaded():
+    heavy = {"pydantic", "yaml", "openai", "anthropic", "numpy", "pytest_agenteval._session"}
+    assert not heavy & set(sys.modules), sorted(heavy & set(sys.modules))
+"""
+    )
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:anyio")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_judge_auth_stop_leaves_every_item_as_an_error(
+    pytester: pytest.Pytester, fake_llm: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 401 stops the run (no retries) and still leaves the evidence of every item."""
+    from fakellm import FakeLLMServer, Reply
+
+    assert isinstance(fake_llm, FakeLLMServer)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key-0000")
+    fake_llm.set_handler(Reply.error(401, "Incorrect API key provided"))
+    family(
+        pytester,
+        """\
+import pytest
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return lambda prompt: "I can't help with that. hello team. I am an AI."
+""",
+    )
+    result = pytester.runpytest("--bench=demo", "--judge=openai:gpt-4o-mini")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*OPENAI_API_KEY*"])
+    recs = records(pytester)
+    assert len(recs) == N_SMOKE
+    errors = [r["result"]["error"] for r in recs if r["result"]["verdict"] == "error"]
+    assert errors and all("OPENAI_API_KEY" in e or "configuration" in e for e in errors), errors
+    summary = json.loads((run_dir(pytester) / "summary.json").read_text())
+    assert summary["gate"]["passed"] is False
+
+
+@pytest.mark.parametrize(
+    "args, ini, needle",
+    [
+        (["--judge-deadline=nan"], "", "--judge-deadline (ini agenteval_judge_deadline)"),
+        (["--judge-timeout=-1"], "", "--judge-timeout (ini agenteval_judge_timeout)"),
+        (["--agenteval-max-cost=nan"], "", "--agenteval-max-cost (ini agenteval_max_cost)"),
+        ([], "agenteval_concurrency = lots", "--agenteval-concurrency (ini agenteval_concurrency)"),
+        ([], "agenteval_concurrency = 0", "--agenteval-concurrency (ini agenteval_concurrency)"),
+        ([], "agenteval_calibration_repeat = 1.5", "agenteval_calibration_repeat"),
+        ([], "agenteval_judge_max_retries = -2", "agenteval_judge_max_retries"),
+        ([], "agenteval_subject_timeout = inf", "agenteval_subject_timeout"),
+    ],
+)
+def test_bad_option_values_are_usage_errors_naming_the_option(
+    pytester: pytest.Pytester, args: list[str], ini: str, needle: str
+) -> None:
+    family(pytester, "import pytest\n\nCALLS = []\n")
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+        "addopts = -p no:benchmark\n" + ini + "\n"
+    )
+    result = pytester.runpytest("--bench=demo", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert not (pytester.path / ".agenteval" / "runs").exists()
+
+
+def test_unwritable_output_folder_is_found_before_any_call(pytester: pytest.Pytester) -> None:
+    family(pytester, KILLER)  # the subject would kill the process if it were ever called
+    blocker = pytester.path / "not-a-dir"
+    blocker.write_text("a file where the output folder should be")
+    result = pytester.runpytest("--bench=demo", f"--agenteval-out={blocker}/out")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--agenteval-out (ini agenteval_out): cannot write to" in result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    "expr, selects",
+    [
+        ("calibration", True),
+        ("calibration and critical", True),
+        ("(calibration) and not slow", True),
+        ("not calibration", False),
+        ("not (calibration)", False),
+        ("critical", False),
+        ("critical or calibration", True),  # asks for calibration items (and critical ones)
+        ("calibration or not calibration", False),
+        ("calibrations", False),
+        ("calibration and (", False),
+    ],
+)
+def test_which_marker_expressions_ask_for_calibration(expr: str, selects: bool) -> None:
+    from pytest_agenteval._session import _selects_calibration
+
+    assert _selects_calibration(expr) is selects
