@@ -9,6 +9,7 @@ never guessed.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -75,13 +76,33 @@ def cost_of(
     model: str | None, usage: Mapping[str, int] | None, rates: Mapping[str, tuple[float, float]]
 ) -> Cost:
     usage = usage or {}
-    p = int(usage.get("prompt_tokens", 0) or 0)
-    c = int(usage.get("completion_tokens", 0) or 0)
+    p = _tokens(usage.get("prompt_tokens"))
+    c = _tokens(usage.get("completion_tokens"))
     if not p and not c:
         return Cost(0.0, 0, 0)
     rate = _rate(rates, model.split(":", 1)[-1]) if model else None
-    usd = None if rate is None else (p * rate[0] + c * rate[1]) / 1_000_000
+    try:
+        usd = None if rate is None else (p * rate[0] + c * rate[1]) / 1_000_000
+    except OverflowError:  # a count beyond any float: more than any budget
+        usd = math.inf
     return Cost(usd, p, c)
+
+
+def _tokens(value: object) -> int:
+    """A token count as an agent reported it; NaN, text or a negative count counts as 0.
+
+    The reported value itself is kept in the evidence (``usage``); only the
+    cost is computed from what can be read as a count.
+    """
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, float) and math.isfinite(value):
+        return max(int(value), 0)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return 0
 
 
 def add(a: Mapping[str, object], b: Cost) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""Tamper-evident evidence for a run: canonical JSON, a hash chain and SHA256SUMS.
+"""Tamper-evident evidence for a run: canonical JSON, a hash chain, a seal and SHA256SUMS.
 
 A benchmark verdict is only worth something if a reader can tell that the
 records behind it were not edited, reordered, cut short or padded after the
@@ -11,14 +11,16 @@ Run directory layout
 ::
 
     <run_dir>/manifest.json   canonical JSON (RFC 8785 bytes, no trailing newline)
-    <run_dir>/results.jsonl   one canonical-JSON record per line, each '\\n'-terminated
+    <run_dir>/results.jsonl   one canonical-JSON record per line, each '\\n'-terminated;
+                              the last line is the seal record
     <run_dir>/...             summary.json, junit.xml, reports: written by others
                               with :func:`write_file_atomic` before finalize
     <run_dir>/SHA256SUMS      "<64 hex>  <relative posix path>\\n" per regular file,
                               sorted by path (bytes), every file except itself
 
 ``SHA256SUMS`` uses the format of GNU ``sha256sum``, so ``sha256sum -c
-SHA256SUMS`` run inside the directory checks the files too.
+SHA256SUMS`` run inside the directory checks the files too. It is a
+convenience; what binds the files to the chain head is the seal.
 
 Hash chain
 ----------
@@ -26,7 +28,8 @@ Hash chain
   ``"completed": false`` and no ``"completion"`` key. :meth:`EvidenceWriter.finalize`
   rewrites it atomically with ``"completed": true`` (``false`` when the run
   was interrupted) and ``"completion": {"chain_head", "records", "ended_at",
-  "interrupted", "not_evaluated"}``.
+  "interrupted", "not_evaluated"}``, where ``chain_head`` and ``records``
+  describe the item records (the lines before the seal).
 * The *manifest header* is the manifest without ``completed`` and
   ``completion``. The chain's genesis hash is the SHA-256 of the header's
   canonical JSON, so the rewrite at the end keeps the first link valid while
@@ -35,7 +38,24 @@ Hash chain
   the hex SHA-256 of the previous line's exact bytes (without its newline);
   the first line's ``prev`` is the genesis hash. The chain head is the SHA-256
   of the last line's bytes (the genesis hash when there are no lines).
-  Records may not carry a ``prev`` key of their own.
+  Records may not carry a ``prev`` key of their own, nor ``"kind": "seal"``.
+
+The seal
+--------
+:meth:`EvidenceWriter.finalize` writes the manifest's completion, then appends
+one last chained line, the *seal*::
+
+    {"kind": "seal", "files": {"manifest.json": "<sha256>", "summary.json": ...},
+     "completed": true, "interrupted": false, "not_evaluated": 0, "records": 6,
+     "ended_at": "...", "prev": "<hash of the last item record>"}
+
+``files`` holds the SHA-256 of every regular file of the run directory at
+that moment except ``results.jsonl`` (chained line by line) and
+``SHA256SUMS`` (written after the seal). The seal's own hash is the run's
+final chain head, the one printed at the end of the run, so that head binds
+every file: change, add or delete any of them, or relabel an interrupted run
+as completed, and :func:`verify_run` names the file. :func:`verify_run`
+takes completion from the seal and requires the manifest to agree with it.
 
 What this proves, and what it does not
 --------------------------------------
@@ -43,57 +63,78 @@ There is no secret key: anyone can recompute every hash. So :func:`verify_run`
 catches accidental corruption and any edit that was not followed by a full,
 consistent re-computation (a changed byte anywhere, a deleted or added file,
 reordered lines, a naively cut tail, an edited manifest header). Someone who
-cuts the last records *and* rewrites ``completion`` and ``SHA256SUMS``
+edits a file *and* writes a new seal record, completion and ``SHA256SUMS``
 consistently produces a run that verifies. Against that, keep the chain head
 printed at the end of the run somewhere else (CI log, ticket, commit message)
 and pass it as ``expect_head``: the recomputed head then no longer matches.
+
+Reading evidence
+----------------
+:func:`verify_run` reads only regular files: a symlink, FIFO or device where
+a file is expected is reported by name, never opened (``lstat`` first, then
+``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on what was opened). Reads are
+bounded: the manifest and ``SHA256SUMS`` up to 64 MiB, a results line up to
+1 GiB, and no file beyond the size it had when it was opened.
 
 Text that RFC 8785 cannot hold
 ------------------------------
 RFC 8785 (via the ``rfc8785`` package) rejects NaN and Infinity, integers
 beyond +-(2**53 - 1), non-string object keys and lone UTF-16 surrogates.
-:func:`canonical_json` turns each rejection into a :class:`ValueError` that
-names the value's path (``$.scores[2]``) and says what to pass instead
-(``None`` for a missing number, a string for a big integer). Lone surrogates
-are different: agent output legitimately contains them (truncated emoji,
-bytes decoded with ``surrogateescape``), and evidence must not refuse or
-silently alter such text. They are therefore written as lowercase JSON
-escapes (``"\\ud800"``), exactly as ECMAScript's ``JSON.stringify`` does;
-``json.loads`` reads them back to the same string, so the bytes stay
-canonical under this module's own definition. A surrogate *pair* held as two
-code points (``"\\ud83d\\ude00"``) is written as the character it encodes,
-because JSON cannot tell the two apart.
+:func:`canonical_json` stays strict: it turns each rejection into a
+:class:`ValueError` that names the value's path (``$.scores[2]``) and says
+what to pass instead. What an agent returns is not ours to refuse, so
+:meth:`EvidenceWriter.append` first passes every record through
+:func:`json_safe`, which keeps such values exactly as strings (``"NaN"``,
+the decimal digits of a big integer, ``str()`` of a key) and lists each
+conversion under the record's ``"converted"`` key.
+
+Lone surrogates are different: agent output legitimately contains them
+(truncated emoji, bytes decoded with ``surrogateescape``), and evidence must
+not refuse or silently alter such text. They are therefore written as
+lowercase JSON escapes (``"\\ud800"``), exactly as ECMAScript's
+``JSON.stringify`` does; ``json.loads`` reads them back to the same string,
+so the bytes stay canonical under this module's own definition. A surrogate
+*pair* held as two code points (``"\\ud83d\\ude00"``) is written as the
+character it encodes, because JSON cannot tell the two apart.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import math
+import operator
 import os
 import re
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeGuard
 
 import rfc8785
 
 __all__ = [
+    "CONVERTED_KEY",
     "MANIFEST_NAME",
     "PREV_KEY",
     "RESULTS_NAME",
+    "SEAL_KIND",
     "SUMS_NAME",
     "EvidenceWriter",
     "VerifyResult",
     "build_sha256sums",
     "canonical_json",
     "genesis_hash",
+    "is_seal",
+    "json_safe",
+    "json_safe_record",
     "sha256_hex",
     "utc_now_rfc3339",
     "verify_run",
@@ -104,10 +145,18 @@ MANIFEST_NAME = "manifest.json"
 RESULTS_NAME = "results.jsonl"
 SUMS_NAME = "SHA256SUMS"
 PREV_KEY = "prev"
+CONVERTED_KEY = "converted"
+SEAL_KIND = "seal"
 RESERVED_MANIFEST_KEYS = ("completed", "completion")
 
 _INT_LIMIT = 2**53 - 1
 _CHUNK = 1 << 20
+_MAX_SMALL_FILE = 64 << 20  # manifest.json and SHA256SUMS
+_MAX_LINE = 1 << 30  # one results line (a record with a very long answer)
+_MAX_DEPTH = 200  # nesting kept as JSON; deeper subtrees are kept as text
+_MAX_NOTES = 100  # conversions listed per record
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _MAX_PROBLEMS = 50
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SUMS_LINE = re.compile(rb"([0-9a-f]{64})  (.+)", re.DOTALL)
@@ -298,6 +347,193 @@ def utc_now_rfc3339() -> str:
 
 
 # --------------------------------------------------------------------------
+# Whatever an agent returns, made JSON-safe
+# --------------------------------------------------------------------------
+
+
+def json_safe(value: Any) -> tuple[Any, list[dict[str, str]]]:
+    """A copy of ``value`` that :func:`canonical_json` accepts, and notes on what changed.
+
+    Nothing an agent returns may stop a run, and evidence must keep it
+    exactly; canonical JSON holds less than Python does. So each value it
+    cannot hold becomes a string from which the value can be read back:
+
+    * an integer beyond +-(2**53 - 1): its decimal digits (``"1180591620717411303424"``;
+      hex with a ``0x`` prefix beyond Python's 4300-digit conversion limit)
+    * NaN and the infinities: ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+    * a non-string object key: ``str(key)``; when that collides with another
+      key, `` (<type>)`` and then `` #2``... are appended, so nothing is overwritten
+    * bytes: decoded as UTF-8 with ``surrogateescape`` (an undecodable byte
+      becomes a lone surrogate, which canonical JSON escapes and keeps)
+    * a set: a list, sorted by ``repr``
+    * anything else (a datetime, a Path, a Decimal, a custom object): ``str(value)``
+    * a reference cycle: ``"<circular reference to $.path>"``; nesting deeper
+      than 200 levels: the subtree as one JSON text
+
+    Tuples become lists and subclasses of bool, int, float and str the plain
+    type without a note (JSON cannot tell them apart). Each note is
+    ``{"path": "$.tool_calls[0].arguments.n", "was": "int"}``; at most 100
+    are listed, then one note says how many more there were. Never raises.
+    """
+    walker = _SafeWalker()
+    safe = walker.value(value, "$", 0)
+    if walker.more:
+        walker.notes.append({"path": "$", "was": f"{walker.more} more values (not listed)"})
+    return safe, walker.notes
+
+
+def json_safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` made JSON-safe; when anything was converted, the notes go under ``"converted"``.
+
+    Notes already present (a record converted once on an xdist worker) are
+    kept and new ones appended, so the marker survives a second pass.
+    """
+    safe, notes = json_safe(dict(record))
+    if notes:
+        earlier = safe.get(CONVERTED_KEY)
+        safe[CONVERTED_KEY] = (earlier if isinstance(earlier, list) else []) + notes
+    return safe
+
+
+class _SafeWalker:
+    """One pass of :func:`json_safe`: the notes so far and the containers being walked."""
+
+    def __init__(self) -> None:
+        self.notes: list[dict[str, str]] = []
+        self.more = 0
+        self.active: dict[int, str] = {}  # id of a container being walked -> its path
+
+    def note(self, path: str, was: str) -> None:
+        if len(self.notes) < _MAX_NOTES:
+            self.notes.append({"path": path, "was": was})
+        else:
+            self.more += 1
+
+    def value(self, value: Any, path: str, depth: int) -> Any:
+        if value is None or isinstance(value, bool):
+            return None if value is None else bool(value)
+        if isinstance(value, str):
+            return str.__str__(value)
+        if isinstance(value, float):
+            return self.number(float(value), path)
+        if isinstance(value, int) or hasattr(type(value), "__index__"):
+            try:
+                number = operator.index(value)  # int subclasses, numpy integers
+            except Exception:
+                pass  # numpy arrays have __index__ too: handled below
+            else:
+                return self.integer(number, path)
+        try:
+            return self.composite(value, path, depth)
+        except Exception:  # a hostile __iter__/__str__ must not stop the run either
+            self.note(path, f"unreadable {type(value).__name__}")
+            return _text_of(value)
+
+    def integer(self, number: int, path: str) -> Any:
+        if -_INT_LIMIT <= number <= _INT_LIMIT:
+            return number
+        self.note(path, "int")
+        try:
+            return str(number)
+        except ValueError:  # beyond sys.get_int_max_str_digits(): hex has no such limit
+            return hex(number)
+
+    def number(self, number: float, path: str) -> Any:
+        if math.isfinite(number):
+            return number
+        self.note(path, "float")
+        if math.isnan(number):
+            return "NaN"
+        return "Infinity" if number > 0 else "-Infinity"
+
+    def composite(self, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            self.note(path, "bytes")
+            return bytes(value).decode("utf-8", "surrogateescape")
+        if not isinstance(value, (Mapping, list, tuple, set, frozenset)):
+            tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
+            self.note(path, type(value).__name__)
+            if callable(tolist) and depth < _MAX_DEPTH:
+                return self.value(tolist(), path, depth + 1)
+            return _text_of(value)
+        if depth >= _MAX_DEPTH:
+            self.note(path, f"nesting deeper than {_MAX_DEPTH} levels (kept as JSON text)")
+            return _deep_text(value)
+        if id(value) in self.active:
+            self.note(path, "circular reference")
+            return f"<circular reference to {self.active[id(value)]}>"
+        self.active[id(value)] = path
+        try:
+            if isinstance(value, Mapping):
+                return self.mapping(value, path, depth)
+            if isinstance(value, (set, frozenset)):
+                self.note(path, type(value).__name__)
+                items: Any = sorted(value, key=repr)
+            else:
+                items = value
+            return [self.value(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(items)]
+        finally:
+            del self.active[id(value)]
+
+    def mapping(self, value: Mapping[Any, Any], path: str, depth: int) -> dict[str, Any]:
+        pairs = list(value.items())
+        # string keys keep their names; converted keys give way when they collide
+        taken = {_joined(str.__str__(k)) for k, _ in pairs if isinstance(k, str)}
+        out: dict[str, Any] = {}
+        for key, item in pairs:
+            if isinstance(key, str):
+                name = _joined(str.__str__(key))
+                if name in out:  # a surrogate pair held as two code points, and its character
+                    name = _free_name(name, "str", taken)
+                    self.note(_child_path(path, name), "str key (duplicate once joined)")
+            else:
+                name = _free_name(_text_of(key), type(key).__name__, taken)
+                self.note(_child_path(path, name), f"{type(key).__name__} key")
+            taken.add(name)
+            out[name] = self.value(item, _child_path(path, name), depth + 1)
+        return out
+
+
+def _free_name(base: str, type_name: str, taken: set[str]) -> str:
+    """``base``, else ``base (type)``, else ``base (type) #2``...: the first name not taken."""
+    if base not in taken:
+        return base
+    candidate = f"{base} ({type_name})"
+    number = 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{base} ({type_name}) #{number}"
+    return candidate
+
+
+def _joined(text: str) -> str:
+    """Join surrogate pairs held as two code points, as canonical JSON will."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def _text_of(value: Any) -> str:
+    try:
+        text = str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+    return text if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
+
+
+def _deep_text(value: Any) -> str:
+    try:
+        return json.dumps(value, default=_text_of, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return f"<nested deeper than {_MAX_DEPTH} levels; not representable>"
+
+
+def is_seal(record: Any) -> TypeGuard[dict[str, Any]]:
+    """Whether a parsed results line is the seal record (readers of records skip it)."""
+    return isinstance(record, dict) and record.get("kind") == SEAL_KIND
+
+
+# --------------------------------------------------------------------------
 # Atomic files and SHA256SUMS
 # --------------------------------------------------------------------------
 
@@ -385,13 +621,106 @@ def _scan(run_dir: Path) -> tuple[list[str], list[str]]:
     return regular, other
 
 
+class _Unreadable(Exception):
+    """A file that evidence is never read from: not a regular file, too large, or changing."""
+
+
+def _kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISDIR, "directory"),
+    )
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def _open_regular(path: Path) -> tuple[int, int]:
+    """Open a regular file for reading; return the descriptor and the file's size.
+
+    ``lstat`` first, so a FIFO (whose open blocks until a writer comes), a
+    device (``/dev/zero`` never ends) or a symlink is never opened at all;
+    then ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on what was opened, so a
+    swap between the two calls is refused as well.
+    """
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _Unreadable(f"not a regular file ({_kind(mode)}); refused")
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_BINARY | _O_NOFOLLOW | _O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Unreadable("not a regular file (symlink); refused") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Unreadable(f"not a regular file ({_kind(info.st_mode)}); refused")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+def _chunks(fd: int, size: int) -> Iterator[bytes]:
+    """The file's bytes in chunks, never more than the ``size`` it had when opened."""
+    left = size
+    while left > 0:
+        chunk = os.read(fd, min(_CHUNK, left))
+        if not chunk:
+            return  # it shrank: whatever checks the bytes will not match
+        left -= len(chunk)
+        yield chunk
+    if os.read(fd, 1):
+        raise _Unreadable("changed while being read (still being written?)")
+
+
 def _hash_file(path: Path) -> str:
-    """Stream a file through SHA-256 so large reports do not sit in memory."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+    """Stream a regular file through SHA-256 so large reports do not sit in memory."""
+    fd, size = _open_regular(path)
+    try:
+        digest = hashlib.sha256()
+        for chunk in _chunks(fd, size):
             digest.update(chunk)
-    return digest.hexdigest()
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _read_small(path: Path) -> bytes:
+    """The whole of a regular file that is expected to be small (manifest, SHA256SUMS)."""
+    limit = _MAX_SMALL_FILE
+    fd, size = _open_regular(path)
+    try:
+        if size > limit:
+            raise _Unreadable(f"too large ({size} bytes; the limit is {limit})")
+        return b"".join(_chunks(fd, size))
+    finally:
+        os.close(fd)
+
+
+def _lines_of(fd: int, size: int) -> Iterator[bytes]:
+    """Lines with their b'\\n' (the last may lack it), from at most ``size`` bytes.
+
+    Splits on b'\\n' only, the one byte canonical JSON never holds raw. A line
+    longer than ``limit`` raises :class:`_Unreadable` instead of filling memory.
+    """
+    limit = _MAX_LINE
+    pending = bytearray()
+    for chunk in _chunks(fd, size):
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            pending += chunk[start : end + 1]
+            yield bytes(pending)
+            pending.clear()
+            start = end + 1
+        pending += chunk[start:]
+        if len(pending) > limit:
+            raise _Unreadable(f"line longer than {limit} bytes; not read")
+    if pending:
+        yield bytes(pending)
 
 
 def build_sha256sums(run_dir: Path) -> bytes:
@@ -410,6 +739,16 @@ def build_sha256sums(run_dir: Path) -> bytes:
             raise ValueError(f"cannot list {rel!r} in {SUMS_NAME}: file name contains a newline")
         lines.append(_hash_file(run_dir / rel).encode("ascii") + b"  " + raw + b"\n")
     return b"".join(lines)
+
+
+def _seal_files(run_dir: Path) -> dict[str, str]:
+    """SHA-256 of every file the seal binds: all regular files but results.jsonl and SHA256SUMS."""
+    regular, _ = _scan(run_dir)
+    return {
+        rel: _hash_file(run_dir / rel)
+        for rel in sorted(regular, key=os.fsencode)
+        if rel not in (RESULTS_NAME, SUMS_NAME)
+    }
 
 
 # --------------------------------------------------------------------------
@@ -456,6 +795,8 @@ class EvidenceWriter:
         self._lock = threading.Lock()
         self._poisoned = False
         self._finalized = False
+        self._sealed = False
+        self._completion: dict[str, Any] | None = None
         self._run_dir.mkdir(parents=True, exist_ok=True)
         self._refuse_existing_run()
         self._fd: int | None = self._create_results()
@@ -475,12 +816,12 @@ class EvidenceWriter:
 
     @property
     def head(self) -> str:
-        """The current chain head (the genesis hash before the first record)."""
+        """The current chain head: the genesis hash before the first record, the seal's after finalize()."""
         return self._head
 
     @property
     def records(self) -> int:
-        """Number of records written so far."""
+        """Number of records appended so far (the seal is not one of them)."""
         return self._records
 
     def _refuse_existing_run(self) -> None:
@@ -499,14 +840,22 @@ class EvidenceWriter:
         return os.open(self._run_dir / RESULTS_NAME, flags, 0o666)
 
     def append(self, record: dict[str, Any]) -> str:
-        """Write one record as the next chain link and return the new head."""
+        """Write one record as the next chain link and return the new head.
+
+        The record goes through :func:`json_safe_record` first: a big integer,
+        NaN or a non-string key from an agent is kept as a string and noted
+        under ``"converted"``, never refused.
+        """
         if not isinstance(record, dict):
             raise TypeError(f"record must be a dict, not {type(record).__name__}")
         if PREV_KEY in record:
             raise ValueError(f"record must not contain the key {PREV_KEY!r}: the chain sets it")
+        if is_seal(record):
+            raise ValueError(f"'kind': {SEAL_KIND!r} is reserved for the record finalize() writes")
+        safe = json_safe_record(record)
         with self._lock:
             fd = self._require_appendable()
-            line = canonical_json({**record, PREV_KEY: self._head})
+            line = canonical_json({**safe, PREV_KEY: self._head})
             self._write_line(fd, line)
             self._head = sha256_hex(line)
             self._records += 1
@@ -548,29 +897,70 @@ class EvidenceWriter:
     def finalize(
         self, *, interrupted: bool = False, not_evaluated: int = 0, ended_at: str | None = None
     ) -> str:
-        """Seal the run: close results, rewrite the manifest, write SHA256SUMS; return the head.
+        """Seal the run and return its final chain head (the seal record's hash).
 
-        Every file in the directory at this moment is covered by SHA256SUMS,
-        so reports must be written before. If sealing fails (disk full), the
-        error propagates and finalize() may be called again.
+        In this order: the manifest is rewritten with its completion record;
+        the seal (the SHA-256 of every other file of the directory, and the
+        completion status) is appended to results.jsonl and synced; then
+        SHA256SUMS is written. Every file must therefore be written before.
+        If a step fails (disk full), the error propagates and finalize() may
+        be called again: it resumes after the last step that succeeded. A
+        writer poisoned by a half-written line writes no seal (it would join
+        that line); verification then reports the partial line.
         """
         _check_finalize_args(interrupted, not_evaluated, ended_at)
         with self._lock:
             if self._finalized:
                 raise RuntimeError("EvidenceWriter.finalize() called twice")
-            self._sync_and_close()
-            completion = {
-                "chain_head": self._head,
-                "records": self._records,
-                "ended_at": ended_at if ended_at is not None else utc_now_rfc3339(),
-                "interrupted": interrupted,
-                "not_evaluated": not_evaluated,
-            }
-            manifest = {**self._header, "completed": not interrupted, "completion": completion}
-            write_file_atomic(self._run_dir / MANIFEST_NAME, canonical_json(manifest))
+            if self._completion is None:
+                self._completion = {
+                    "chain_head": self._head,
+                    "records": self._records,
+                    "ended_at": ended_at if ended_at is not None else utc_now_rfc3339(),
+                    "interrupted": interrupted,
+                    "not_evaluated": not_evaluated,
+                }
+            completion = self._completion
+            if not self._sealed:
+                manifest = {
+                    **self._header,
+                    "completed": not completion["interrupted"],
+                    "completion": completion,
+                }
+                write_file_atomic(self._run_dir / MANIFEST_NAME, canonical_json(manifest))
+                self._append_seal(completion)
             write_file_atomic(self._run_dir / SUMS_NAME, build_sha256sums(self._run_dir))
             self._finalized = True
             return self._head
+
+    def _append_seal(self, completion: dict[str, Any]) -> None:
+        """The last link: binds every other file, and the completion status, to the head."""
+        if self._poisoned:
+            self.close()
+            self._sealed = True
+            return
+        seal = {
+            "kind": SEAL_KIND,
+            "files": _seal_files(self._run_dir),
+            "completed": not completion["interrupted"],
+            "interrupted": completion["interrupted"],
+            "not_evaluated": completion["not_evaluated"],
+            "records": completion["records"],
+            "ended_at": completion["ended_at"],
+            PREV_KEY: self._head,
+        }
+        line = canonical_json(seal)
+        fd = self._fd if self._fd is not None else self._reopen_results()
+        self._fd = fd
+        self._write_line(fd, line)
+        self._head = sha256_hex(line)
+        self._sealed = True  # before the sync: a retry must not append a second seal
+        self._sync_and_close()
+
+    def _reopen_results(self) -> int:
+        """After close(): the results file again, for the seal (never through a symlink)."""
+        flags = os.O_WRONLY | os.O_APPEND | _O_BINARY | _O_NOFOLLOW
+        return os.open(self._run_dir / RESULTS_NAME, flags)
 
     def _sync_and_close(self) -> None:
         if self._fd is None:
@@ -612,9 +1002,10 @@ def _check_finalize_args(interrupted: bool, not_evaluated: int, ended_at: str | 
 class VerifyResult:
     """Outcome of :func:`verify_run`.
 
-    ``ok`` means no problem was found; ``complete`` that the manifest says the
-    run completed and it is sealed. An intact run that was interrupted or
-    never finalized is ``ok`` but not ``complete``. ``io_error`` marks a
+    ``ok`` means no problem was found; ``complete`` that the seal says the
+    run completed (and the manifest agrees). An intact run that was
+    interrupted or never finalized is ``ok`` but not ``complete``. ``records``
+    counts the item records (the seal is not one). ``io_error`` marks a
     verification that could not be carried out (no such directory, an
     unreadable file, not a run directory) as opposed to evidence of tampering.
     """
@@ -662,16 +1053,47 @@ class _ManifestInfo:
 
 
 @dataclass(frozen=True)
-class _Chain:
-    head: str | None
+class _Seal:
+    """The seal record, once its shape is checked."""
+
+    lineno: int
+    files: dict[str, str]
+    completed: bool
+    interrupted: bool
+    not_evaluated: int
     records: int
+    ended_at: str
+
+
+@dataclass(frozen=True)
+class _Chain:
+    head: str | None  # the final head: the seal's hash on a finalized run
+    records: int  # item records, the seal not counted
+    items_head: str | None = None  # the head after the last item record
+    seal: _Seal | None = None
+    readable: bool = True
+
+
+class _Digests:
+    """SHA-256 of the run directory's files, each file read once however often it is checked."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = run_dir
+        self._known: dict[str, str] = {}
+
+    def of(self, rel: str) -> str:
+        """Raises FileNotFoundError, _Unreadable or OSError like the read itself."""
+        if rel not in self._known:
+            self._known[rel] = _hash_file(self._run_dir / rel)
+        return self._known[rel]
 
 
 def verify_run(run_dir: Path, expect_head: str | None = None) -> VerifyResult:
     """Check a run directory's evidence; every defect becomes a problem, never a traceback.
 
-    ``expect_head`` is the chain head recorded elsewhere at the end of the run;
-    only with it can a consistently re-sealed, shortened run be caught.
+    ``expect_head`` is the chain head printed at the end of the run (the
+    seal's hash); only with it can a consistently re-sealed run be caught.
+    Only regular files are read, each bounded (see the module docstring).
     """
     run_dir = Path(run_dir)
     expected = _normalise_head(expect_head)
@@ -679,21 +1101,31 @@ def verify_run(run_dir: Path, expect_head: str | None = None) -> VerifyResult:
     if not run_dir.is_dir():
         found.io("not a directory" if run_dir.exists() else "run directory does not exist")
         return _result(run_dir, found, complete=False, chain=_Chain(None, 0), reason="")
+    digests = _Digests(run_dir)
     info = _check_manifest(run_dir, found)
     sums = _read_sums(run_dir, info, found)
     if sums is not None:
-        _check_listed(run_dir, sums, found)
+        _check_listed(digests, sums, found)
         _check_unlisted(run_dir, sums, found)
     chain = _check_chain(run_dir, info.genesis if info else None, sums, found)
+    if chain.seal is not None:
+        _check_sealed_files(run_dir, digests, chain.seal, found)
+    elif chain.readable and (sums is not None or (info is not None and info.finalized)):
+        found.add(
+            f"{RESULTS_NAME}: no seal record at the end although the run was finalized "
+            "(seal cut off, or written before seals existed?)"
+        )
     if info is not None:
         _check_completion(info, sums is not None, chain, found)
     if expected is not None and chain.head != expected:
         found.add(
             f"chain head mismatch: expected {_abbr(expected)}, found {_abbr(chain.head)} "
-            "(records cut or replaced?)"
+            "(records cut or replaced, or files changed and re-sealed?)"
         )
-    complete = info is not None and info.completed and sums is not None
-    return _result(run_dir, found, complete, chain, _incomplete_reason(info, sums is not None))
+    seal = chain.seal
+    agreed = info is not None and info.completed
+    complete = seal is not None and seal.completed and agreed and sums is not None
+    return _result(run_dir, found, complete, chain, _incomplete_reason(seal))
 
 
 def _normalise_head(expect_head: str | None) -> str | None:
@@ -718,12 +1150,15 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _incomplete_reason(info: _ManifestInfo | None, sealed: bool) -> str:
-    if not sealed:
-        return f"never sealed: no {SUMS_NAME}; still running or crashed"
-    completion = info.completion if info else None
-    if completion and completion.get("interrupted"):
-        return f"interrupted; {completion.get('not_evaluated', 0)} not evaluated"
+def _lower(flag: bool) -> str:
+    return str(flag).lower()
+
+
+def _incomplete_reason(seal: _Seal | None) -> str:
+    if seal is None:
+        return "never sealed: no seal record; still running or crashed"
+    if seal.interrupted:
+        return f"interrupted; {seal.not_evaluated} not evaluated"
     return "not marked completed"
 
 
@@ -759,9 +1194,12 @@ def _result(
 def _check_manifest(run_dir: Path, found: _Findings) -> _ManifestInfo | None:
     """Parse the manifest, insist on canonical bytes, and pull out what the chain needs."""
     try:
-        raw = (run_dir / MANIFEST_NAME).read_bytes()
+        raw = _read_small(run_dir / MANIFEST_NAME)
     except FileNotFoundError:
         _report_missing_manifest(run_dir, found)
+        return None
+    except _Unreadable as exc:
+        found.add(f"{MANIFEST_NAME}: {exc}")
         return None
     except OSError as exc:
         found.io(f"{MANIFEST_NAME}: cannot read ({exc.strerror or exc})")
@@ -781,7 +1219,7 @@ def _check_manifest(run_dir: Path, found: _Findings) -> _ManifestInfo | None:
 
 def _report_missing_manifest(run_dir: Path, found: _Findings) -> None:
     """A deleted manifest is tampering; a directory that never had one is a usage error."""
-    if (run_dir / RESULTS_NAME).exists() or (run_dir / SUMS_NAME).exists():
+    if any(os.path.lexists(run_dir / name) for name in (RESULTS_NAME, SUMS_NAME)):
         found.add(f"{MANIFEST_NAME}: missing (deleted?)")
     else:
         found.io(f"{MANIFEST_NAME}: missing; {run_dir} is not an agenteval run directory")
@@ -795,8 +1233,8 @@ def _manifest_info(manifest: dict[str, Any], found: _Findings) -> _ManifestInfo:
     completion = _valid_completion(manifest, found)
     if completion is not None and completion["interrupted"] == completed:
         found.add(
-            f"{MANIFEST_NAME}: 'completed' is {str(completed).lower()} but "
-            f"completion.interrupted is {str(completion['interrupted']).lower()}"
+            f"{MANIFEST_NAME}: 'completed' is {_lower(completed)} but "
+            f"completion.interrupted is {_lower(completion['interrupted'])}"
         )
     if completed and "completion" not in manifest:
         found.add(f"{MANIFEST_NAME}: 'completed' is true but there is no completion record")
@@ -847,10 +1285,13 @@ def _read_sums(
 ) -> dict[str, str] | None:
     """Parsed SHA256SUMS (path -> hex, in file order), or None when there is none."""
     try:
-        raw = (run_dir / SUMS_NAME).read_bytes()
+        raw = _read_small(run_dir / SUMS_NAME)
     except FileNotFoundError:
         if info is not None and info.finalized:
             found.add(f"{SUMS_NAME}: missing, but the manifest says the run was finalized")
+        return None
+    except _Unreadable as exc:
+        found.add(f"{SUMS_NAME}: {exc}")
         return None
     except OSError as exc:
         found.io(f"{SUMS_NAME}: cannot read ({exc.strerror or exc})")
@@ -883,12 +1324,17 @@ def _parse_sums(lines: list[bytes], found: _Findings) -> dict[str, str]:
     return sums
 
 
+def _unsafe_path(rel: str) -> bool:
+    """A listed path that could point outside the run directory."""
+    parts = rel.split("/")
+    return rel.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\\" in rel
+
+
 def _sums_path_problem(
     rel: str, raw_path: bytes, previous: bytes | None, sums: dict[str, str]
 ) -> str | None:
     """Paths must stay inside the run dir, be unique and sorted, and not list SHA256SUMS."""
-    parts = rel.split("/")
-    if rel.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\\" in rel:
+    if _unsafe_path(rel):
         return f"unsafe path {_show(rel)}"
     if rel == SUMS_NAME:
         return f"lists {SUMS_NAME} itself"
@@ -899,18 +1345,16 @@ def _sums_path_problem(
     return None
 
 
-def _check_listed(run_dir: Path, sums: dict[str, str], found: _Findings) -> None:
+def _check_listed(digests: _Digests, sums: dict[str, str], found: _Findings) -> None:
     """Every listed file must exist as a regular file with the listed digest."""
     for rel, digest in sums.items():
-        path = run_dir / rel
         try:
-            mode = path.lstat().st_mode
-            if not stat.S_ISREG(mode):
-                found.add(f"{_show(rel)}: not a regular file")
-            elif _hash_file(path) != digest:
+            if digests.of(rel) != digest:
                 found.add(f"{_show(rel)}: SHA-256 mismatch")
         except (FileNotFoundError, NotADirectoryError):
             found.add(f"{_show(rel)}: listed in {SUMS_NAME} but missing")
+        except _Unreadable as exc:
+            found.add(f"{_show(rel)}: {exc}")
         except OSError as exc:
             found.io(f"{_show(rel)}: cannot read ({exc.strerror or exc})")
 
@@ -926,11 +1370,11 @@ def _check_unlisted(run_dir: Path, sums: dict[str, str], found: _Findings) -> No
         if rel != SUMS_NAME and rel not in sums:
             found.add(f"{_show(rel)}: not listed in {SUMS_NAME} (added after the run?)")
     for rel in sorted(other, key=os.fsencode):
-        if rel not in sums:
+        if rel not in sums and rel != SUMS_NAME:
             found.add(f"{_show(rel)}: not a regular file (symlink or special file added?)")
 
 
-# --- results.jsonl -------------------------------------------------------------
+# --- results.jsonl and the seal ----------------------------------------------------
 
 
 def _check_chain(
@@ -938,72 +1382,200 @@ def _check_chain(
 ) -> _Chain:
     """Walk results.jsonl line by line, recomputing every link and the head."""
     try:
-        handle = open(run_dir / RESULTS_NAME, "rb")  # noqa: SIM115 - closed below
+        fd, size = _open_regular(run_dir / RESULTS_NAME)
     except FileNotFoundError:
         if sums is None or RESULTS_NAME not in sums:
             found.add(f"{RESULTS_NAME}: missing")
-        return _Chain(None, 0)
+        return _Chain(None, 0, readable=False)
+    except _Unreadable as exc:
+        found.add(f"{RESULTS_NAME}: {exc}")
+        return _Chain(None, 0, readable=False)
     except OSError as exc:
         found.io(f"{RESULTS_NAME}: cannot read ({exc.strerror or exc})")
-        return _Chain(None, 0)
-    with handle:
-        try:
-            return _walk_lines(handle, genesis, found)
-        except OSError as exc:
-            found.io(f"{RESULTS_NAME}: cannot read ({exc.strerror or exc})")
-            return _Chain(None, 0)
+        return _Chain(None, 0, readable=False)
+    walk = _ChainWalk(genesis, found)
+    try:
+        for raw in _lines_of(fd, size):
+            if not walk.line(raw):
+                break
+    except _Unreadable as exc:
+        found.add(f"{RESULTS_NAME} line {walk.lineno + 1}: {exc}")
+        walk.readable = False
+    except OSError as exc:
+        found.io(f"{RESULTS_NAME}: cannot read ({exc.strerror or exc})")
+        walk.readable = False
+    finally:
+        os.close(fd)
+    return walk.result()
 
 
-def _walk_lines(lines: Iterable[bytes], genesis: str | None, found: _Findings) -> _Chain:
-    """Binary iteration splits on b'\\n' only, the one byte canonical JSON never holds raw."""
-    head, records = genesis, 0
-    for lineno, raw in enumerate(lines, start=1):
+class _ChainWalk:
+    """The state of one pass over results.jsonl: links, item count and the seal."""
+
+    def __init__(self, genesis: str | None, found: _Findings) -> None:
+        self.found = found
+        self.head = genesis
+        self.items_head = genesis
+        self.lineno = 0
+        self.records = 0
+        self.seal: _Seal | None = None
+        self.after_seal = False
+        self.readable = True
+
+    def line(self, raw: bytes) -> bool:
+        """Check one line (with its newline); False stops the walk."""
+        self.lineno += 1
+        where = f"{RESULTS_NAME} line {self.lineno}"
         if not raw.endswith(b"\n"):
-            found.add(
-                f"{RESULTS_NAME} line {lineno}: incomplete last line "
-                "(no trailing newline; partial write?)"
-            )
-            break
+            self.found.add(f"{where}: incomplete last line (no trailing newline; partial write?)")
+            return False
         line = raw[:-1]
-        problem = _line_problem(line, lineno, head)
+        record, problem = _parse_line(line, self.lineno, self.head)
         if problem:
-            found.add(f"{RESULTS_NAME} line {lineno}: {problem}")
-        head, records = sha256_hex(line), records + 1
-    return _Chain(head, records)
+            self.found.add(f"{where}: {problem}")
+        if self.seal is not None and not self.after_seal:
+            self.after_seal = True
+            self.found.add(f"{where}: a record after the seal (appended after the run?)")
+        if is_seal(record):
+            if self.seal is not None:
+                self.found.add(f"{where}: a second seal record")
+            else:
+                self.seal = _seal_from(record, self.lineno, self.records, self.found)
+                self.items_head = self.head
+        else:
+            self.records += 1
+        self.head = sha256_hex(line)
+        if self.seal is None:
+            self.items_head = self.head
+        return True
+
+    def result(self) -> _Chain:
+        return _Chain(self.head, self.records, self.items_head, self.seal, self.readable)
 
 
-def _line_problem(line: bytes, lineno: int, expected_prev: str | None) -> str | None:
-    """The first defect of one results line, or None; ``expected_prev`` None skips the link."""
+def _parse_line(
+    line: bytes, lineno: int, expected_prev: str | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The record and the first defect of one results line; ``expected_prev`` None skips the link."""
     if not line:
-        return "empty line"
+        return None, "empty line"
     try:
         record, canonical = _is_canonical(line)
     except (ValueError, RecursionError) as exc:
-        return f"not valid JSON ({_brief(exc)})"
+        return None, f"not valid JSON ({_brief(exc)})"
     if not isinstance(record, dict):
-        return "not a JSON object"
+        return None, "not a JSON object"
     if not canonical:
-        return "not in canonical form (edited by hand?)"
+        return record, "not in canonical form (edited by hand?)"
     prev = record.get(PREV_KEY)
     if not isinstance(prev, str):
-        return f"missing {PREV_KEY!r} hash"
+        return record, f"missing {PREV_KEY!r} hash"
     if expected_prev is not None and prev != expected_prev:
         target = "the manifest header hash" if lineno == 1 else f"line {lineno - 1}"
-        return f"chain broken (prev does not match {target})"
-    return None
+        return record, f"chain broken (prev does not match {target})"
+    return record, None
+
+
+def _seal_from(
+    record: dict[str, Any], lineno: int, records_before: int, found: _Findings
+) -> _Seal | None:
+    """The seal if it has the documented shape, else None (and a problem)."""
+    where = f"{RESULTS_NAME} line {lineno}"
+    checks: dict[str, Callable[[Any], bool]] = {
+        "files": _is_file_map,
+        "completed": lambda v: isinstance(v, bool),
+        "interrupted": lambda v: isinstance(v, bool),
+        "not_evaluated": _is_count,
+        "records": _is_count,
+        "ended_at": lambda v: isinstance(v, str),
+    }
+    bad = [key for key, check in checks.items() if not check(record.get(key))]
+    if bad:
+        found.add(f"{where}: malformed seal record ({', '.join(bad)})")
+        return None
+    files: dict[str, str] = {}
+    for rel, digest in sorted(record["files"].items(), key=lambda item: os.fsencode(item[0])):
+        if _unsafe_path(rel) or rel in (RESULTS_NAME, SUMS_NAME):
+            found.add(f"{where}: the seal lists {_show(rel)}, which it cannot bind")
+        else:
+            files[rel] = digest
+    if record["completed"] == record["interrupted"]:
+        found.add(
+            f"{where}: the seal says completed {_lower(record['completed'])} and "
+            f"interrupted {_lower(record['interrupted'])}"
+        )
+    if record["records"] != records_before:
+        found.add(
+            f"{where}: the seal counts {_plural(record['records'], 'record')} "
+            f"but {records_before} precede it"
+        )
+    return _Seal(
+        lineno,
+        files,
+        record["completed"],
+        record["interrupted"],
+        record["not_evaluated"],
+        record["records"],
+        record["ended_at"],
+    )
+
+
+def _is_file_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(digest, str) and _HEX64.fullmatch(digest) for digest in value.values()
+    )
+
+
+def _check_sealed_files(run_dir: Path, digests: _Digests, seal: _Seal, found: _Findings) -> None:
+    """Each file the seal lists must be unchanged, and no other file may have appeared."""
+    for rel, digest in seal.files.items():
+        try:
+            if digests.of(rel) != digest:
+                found.add(f"{_show(rel)}: SHA-256 does not match the seal (changed after the run?)")
+        except (FileNotFoundError, NotADirectoryError):
+            found.add(f"{_show(rel)}: sealed but missing (deleted?)")
+        except _Unreadable as exc:
+            found.add(f"{_show(rel)}: {exc}")
+        except OSError as exc:
+            found.io(f"{_show(rel)}: cannot read ({exc.strerror or exc})")
+    try:
+        regular, other = _scan(run_dir)
+    except OSError as exc:
+        found.io(f"{run_dir}: cannot list files ({exc.strerror or exc})")
+        return
+    unsealed = {RESULTS_NAME, SUMS_NAME} | set(seal.files)
+    for rel in sorted(regular, key=os.fsencode):
+        if rel not in unsealed:
+            found.add(f"{_show(rel)}: present but not sealed (added after the run?)")
+    for rel in sorted(other, key=os.fsencode):
+        if rel not in unsealed:
+            found.add(f"{_show(rel)}: not a regular file, and not sealed (added after the run?)")
 
 
 def _check_completion(info: _ManifestInfo, sealed: bool, chain: _Chain, found: _Findings) -> None:
-    """The sealed completion record must describe the results file as it is now."""
-    completion = info.completion
-    if sealed and completion is None and not info.finalized:
-        found.add(f"{MANIFEST_NAME}: no completion record although {SUMS_NAME} exists")
-    if completion is None or chain.head is None:
+    """The manifest's completion must agree with the seal and describe the records as they are."""
+    completion, seal = info.completion, chain.seal
+    if (sealed or seal is not None) and completion is None and not info.finalized:
+        found.add(f"{MANIFEST_NAME}: no completion record although the run was sealed")
+    if seal is not None and info.completed != seal.completed:
+        found.add(
+            f"{MANIFEST_NAME}: 'completed' is {_lower(info.completed)} but the seal says "
+            f"{_lower(seal.completed)}"
+        )
+    if seal is not None and completion is not None:
+        for key in ("interrupted", "not_evaluated", "ended_at"):
+            if completion[key] != getattr(seal, key):
+                found.add(
+                    f"{MANIFEST_NAME}: completion.{key} is {json.dumps(completion[key])} but "
+                    f"the seal says {json.dumps(getattr(seal, key))}"
+                )
+    if completion is None or chain.items_head is None:
         return
-    if completion["chain_head"] != chain.head:
+    if completion["chain_head"] != chain.items_head:
         found.add(
             f"{MANIFEST_NAME}: completion.chain_head {_abbr(completion['chain_head'])} does not "
-            f"match the recomputed head {_abbr(chain.head)} (records cut or replaced?)"
+            f"match the recomputed head {_abbr(chain.items_head)} of the records "
+            "(records cut or replaced?)"
         )
     if completion["records"] != chain.records:
         found.add(

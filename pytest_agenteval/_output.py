@@ -13,6 +13,7 @@ directory is never reused.
 from __future__ import annotations
 
 import hashlib
+import math
 import platform
 import re
 import subprocess
@@ -24,14 +25,24 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._evals import EvalResult
-from ._evidence import EvidenceWriter, canonical_json, sha256_hex, write_file_atomic
+from ._evals import EvalResult, injection_suspected, round_score
+from ._evidence import (
+    EvidenceWriter,
+    canonical_json,
+    json_safe,
+    json_safe_record,
+    sha256_hex,
+    write_file_atomic,
+)
 from ._family import Plan
 
 if TYPE_CHECKING:
     from ._redact import Redactor
     from ._session import AgentevalState, FamilyOutcome
 
+#: Parts of one item's grade (a panel's judges, per-criterion grades, samples):
+#: not nodes of the summary tree.
+_NOT_NODES = ("judge", "criterion", "sample")
 _RESERVED = {"con", "prn", "aux", "nul"} | {f"{p}{i}" for p in ("com", "lpt") for i in range(10)}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _RECORD_FIELDS = (
@@ -72,6 +83,8 @@ _RECORD_FIELDS = (
     "reasoning",
     "criteria",
     "judge_meta",
+    # what json_safe had to turn into strings (big ints, NaN, non-string keys)
+    "converted",
 )
 _DEPENDENCIES = (
     "pydantic",
@@ -113,19 +126,28 @@ def rfc3339(when: datetime) -> str:
 
 
 def node_dict(result: EvalResult) -> dict[str, Any]:
-    """A summary node: the contract keys plus a few that help a reader."""
+    """A summary node: the contract keys plus a few that help a reader.
+
+    ``score`` is the node's score as rounded once where it was made (see
+    :func:`~pytest_agenteval._evals.round_score`), so it and ``verdict`` agree.
+    ``counts`` counts items — a scenario, or each of its samples — once each;
+    the judges and criteria of one grade are not nodes here (results.jsonl
+    has them). A scenario node says whether a judge suspected injection.
+    """
     node: dict[str, Any] = {
         "id": result.key,
         "kind": result.kind,
         "title": result.name,
-        "score": None if result.score is None else round(result.score, 6),
+        "score": None if result.score is None else round_score(result.score),
         "verdict": result.verdict,
-        "weight": round(result.weight, 6),
+        "weight": round_score(result.weight),
         "aggregation": result.aggregation,
         "severity": result.severity,
         "counts": result.counts(),
-        "children": [node_dict(c) for c in result.children if c.kind not in ("judge", "sample")],
+        "children": [node_dict(c) for c in result.children if c.kind not in _NOT_NODES],
     }
+    if result.kind == "scenario":
+        node["injection_suspected"] = any(injection_suspected(i) for i in result.items())
     if "samples" in result.meta:  # several answers to one scenario: mean and spread
         node["samples"] = result.meta["samples"]
         node["score_std"] = result.meta.get("score_std")
@@ -147,11 +169,29 @@ def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             continue
         pillar = record["result"].get("meta", {}).get("pillar", "?")
         for bucket in (total, pillars.setdefault(pillar, dict(zero))):
-            usd = cost.get("usd")
+            usd = _number(cost.get("usd"))
             bucket["usd"] = None if usd is None or bucket["usd"] is None else bucket["usd"] + usd
-            bucket["prompt_tokens"] += cost.get("prompt_tokens", 0)
-            bucket["completion_tokens"] += cost.get("completion_tokens", 0)
+            bucket["prompt_tokens"] += _count(cost.get("prompt_tokens"))
+            bucket["completion_tokens"] += _count(cost.get("completion_tokens"))
     return {"total": total, "pillars": pillars}
+
+
+def _count(value: Any) -> int:
+    """A token count from a record: JSON-safe records hold a huge one as its decimal string."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return 0
+
+
+def _number(value: Any) -> float | None:
+    """A dollar figure from a record; None (unknown) for anything that is not a finite number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) -> dict[str, Any]:
@@ -161,6 +201,7 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
     counts = (
         tree.counts() if tree else dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
     )
+    flagged = sum(1 for i in tree.items() if injection_suspected(i)) if tree else 0
     return {
         "schema": "pytest-agenteval/summary/1",
         "run_id": outcome.run_id,
@@ -170,7 +211,7 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
         "condition": outcome.bucket.condition,
         "subject": outcome.bucket.subject,
         "judge": judges,
-        "score": None if tree is None or tree.score is None else round(tree.score, 6),
+        "score": None if tree is None or tree.score is None else round_score(tree.score),
         "verdict": tree.verdict if tree else "error",
         "bands": {"pass": plan.root_bands.pass_, "warn": plan.root_bands.warn},
         "gate": gate.to_dict(),
@@ -180,6 +221,7 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
             "failed": counts["fail"],
             "errors": counts["error"],
             "skipped": counts["skipped"],
+            "injection_suspected": flagged,  # of the items above, those a judge flagged
         },
         "nodes": [node_dict(tree)] if tree else [],
         "cost": cost_totals(list(outcome.bucket.records.values())),
@@ -336,6 +378,7 @@ class RunRecorder:
             "family_version": plan.family.spec.version,
             "preset": plan.preset,
             "subject": bucket.subject,
+            "subject_origin": state.subject_origin,
             "conditions": _conditions_of(state, bucket),
             "judges": state.judge_descriptions(),
             "judge_prompt": judge_prompt_lineage(plan),
@@ -357,14 +400,19 @@ class RunRecorder:
         )
 
     def add(self, payload: dict[str, Any]) -> None:
-        """Append one item's record (an explicit allowlist of fields) to the chain."""
+        """Append one item's record (an explicit allowlist of fields) to the chain.
+
+        Made JSON-safe before redaction, so that text made from an odd value
+        (``str()`` of an object an agent returned) is redacted too.
+        """
         record = {key: payload[key] for key in _RECORD_FIELDS if key in payload}
-        self.writer.append(self.redactor.data(record))
+        self.writer.append(self.redactor.data(json_safe_record(record)))
 
     def write_json(self, name: str, data: Any) -> None:
+        """``data`` as indented JSON, held to the evidence's rule: no NaN, no number beyond 2**53."""
         import json
 
-        clean = self.redactor.data(data)
+        clean = self.redactor.data(json_safe(data)[0])
         try:
             raw = (json.dumps(clean, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: keep them as JSON escapes

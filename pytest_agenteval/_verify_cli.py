@@ -4,15 +4,19 @@ The exit code is the interface for CI scripts, so each outcome has its own:
 
 * 0 -- intact and complete: prints ``OK <run_dir>: N records, head <hex>``
 * 1 -- tampered or corrupt: prints ``FAILED <run_dir>: <first problem>``; the
-  remaining problems go to stderr, one per line
+  remaining problems go to stderr, one per line. A symlink, FIFO or device
+  where a run file should be is such a problem: it is refused, never read
 * 2 -- usage or I/O error (bad arguments, no such directory, not a run
   directory, unreadable file): the evidence could not be judged
 * 3 -- intact but incomplete (interrupted, or never finalized): prints
   ``INCOMPLETE run: N records intact, run did not complete (...)``
 
-Pass the head printed at the end of the run as ``--expect-head``: without it
-a shortened run whose manifest and SHA256SUMS were consistently rewritten
-verifies (see :mod:`pytest_agenteval._evidence`).
+The seal (the last line of results.jsonl) binds every file of the run to the
+chain head, so a changed, added or deleted file fails even when SHA256SUMS was
+recomputed. Pass the head printed at the end of the run as ``--expect-head``:
+without it, a run whose files were changed *and* whose seal, manifest and
+SHA256SUMS were consistently rewritten verifies (see
+:mod:`pytest_agenteval._evidence`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agenteval verify",
         description="Check a run directory's tamper-evident evidence "
-        "(manifest, hash-chained results, SHA256SUMS).",
+        "(manifest, hash-chained results, the seal over every file, SHA256SUMS).",
         epilog="exit codes: 0 intact and complete, 1 tampered or corrupt, "
         "2 usage or I/O error, 3 intact but incomplete",
     )
@@ -55,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--expect-head",
         type=_head_arg,
         metavar="HEX",
-        help="chain head printed at the end of the run; detects a cut and re-sealed tail",
+        help="chain head printed at the end of the run; detects files changed and re-sealed",
     )
     return parser
 

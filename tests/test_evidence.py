@@ -32,6 +32,9 @@ from pytest_agenteval._evidence import (
     build_sha256sums,
     canonical_json,
     genesis_hash,
+    is_seal,
+    json_safe,
+    json_safe_record,
     sha256_hex,
     verify_run,
     write_file_atomic,
@@ -106,15 +109,49 @@ def _reseal(run_dir: Path) -> None:
     (run_dir / SUMS_NAME).write_bytes(build_sha256sums(run_dir))
 
 
-def _rewrite_completion(run_dir: Path) -> None:
-    """What a careful forger does after cutting records: make completion match."""
-    lines = _lines(run_dir)
+def _items(run_dir: Path) -> list[bytes]:
+    """The item lines of results.jsonl: every line but the seal."""
+    return [line for line in _lines(run_dir) if not is_seal(json.loads(line))]
+
+
+def _seal(run_dir: Path) -> dict[str, Any]:
+    seal = json.loads(_lines(run_dir)[-1])
+    assert is_seal(seal)
+    return seal
+
+
+def _forge_seal(run_dir: Path, items: list[bytes] | None = None, **status: Any) -> str:
+    """What a careful forger does after any edit: rewrite completion, the seal and SHA256SUMS.
+
+    The result is a consistent run with a new head; returns that head.
+    """
+    items = _items(run_dir) if items is None else items
     manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
-    manifest["completion"]["records"] = len(lines)
-    manifest["completion"]["chain_head"] = (
-        sha256_hex(lines[-1]) if lines else genesis_hash(manifest)
-    )
+    completion = manifest["completion"]
+    completion.update({k: v for k, v in status.items() if k in completion})
+    manifest["completed"] = not completion["interrupted"]
+    completion["records"] = len(items)
+    completion["chain_head"] = sha256_hex(items[-1]) if items else genesis_hash(manifest)
     (run_dir / MANIFEST_NAME).write_bytes(canonical_json(manifest))
+    files = {
+        p.relative_to(run_dir).as_posix(): sha256_hex(p.read_bytes())
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and p.name not in (RESULTS_NAME, SUMS_NAME)
+    }
+    seal = {
+        "kind": "seal",
+        "files": files,
+        "completed": manifest["completed"],
+        "interrupted": completion["interrupted"],
+        "not_evaluated": completion["not_evaluated"],
+        "records": len(items),
+        "ended_at": completion["ended_at"],
+        "prev": completion["chain_head"],
+    }
+    line = canonical_json(seal)
+    _write_lines(run_dir, [*items, line])
+    _reseal(run_dir)
+    return sha256_hex(line)
 
 
 def _flip_byte(path: Path, offset: int) -> None:
@@ -219,7 +256,7 @@ def test_intact_run_with_tricky_text_verifies(tmp_path: Path) -> None:
     assert result.ok and result.complete, result.problems
     assert (result.head, result.records) == (head, len(records))
     assert result.message == f"OK {run_dir}: {len(records)} records, head {head}"
-    read_back = [json.loads(line) for line in _lines(run_dir)]
+    read_back = [json.loads(line) for line in _items(run_dir)]
     assert [{k: v for k, v in r.items() if k != "prev"} for r in read_back] == records
     assert read_back[0]["prev"] == genesis_hash(MANIFEST)
 
@@ -229,24 +266,42 @@ def test_run_layout_matches_the_contract(run: tuple[Path, str]) -> None:
     manifest_bytes = (run_dir / MANIFEST_NAME).read_bytes()
     manifest = json.loads(manifest_bytes)
     assert manifest_bytes == canonical_json(manifest) and not manifest_bytes.endswith(b"\n")
+    lines = _lines(run_dir)
+    items_head = sha256_hex(lines[-2])
     assert manifest["completed"] is True
     assert manifest["completion"] == {
-        "chain_head": head,
+        "chain_head": items_head,  # the item records; the seal after them is the final head
         "records": 6,
         "ended_at": "2024-05-01T12:05:00.000Z",
         "interrupted": False,
         "not_evaluated": 0,
     }
+    assert json.loads(lines[-1]) == {
+        "kind": "seal",
+        "files": {
+            name: sha256_hex((run_dir / name).read_bytes())
+            for name in ("manifest.json", "reports/report.md", "summary.json")
+        },
+        "completed": True,
+        "interrupted": False,
+        "not_evaluated": 0,
+        "records": 6,
+        "ended_at": "2024-05-01T12:05:00.000Z",
+        "prev": items_head,
+    }
+    assert head == sha256_hex(lines[-1])
     listed = [line.split("  ", 1)[1] for line in (run_dir / SUMS_NAME).read_text().splitlines()]
     assert listed == ["manifest.json", "reports/report.md", "results.jsonl", "summary.json"]
     assert not list(run_dir.rglob(".*.tmp"))
 
 
-def test_empty_run_head_is_genesis(tmp_path: Path) -> None:
+def test_empty_run_is_a_seal_chained_to_genesis(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     head = EvidenceWriter(run_dir, MANIFEST).finalize()
-    assert head == genesis_hash(MANIFEST)
-    result = verify_run(run_dir)
+    (seal_line,) = _lines(run_dir)
+    assert head == sha256_hex(seal_line)
+    assert json.loads(seal_line)["prev"] == genesis_hash(MANIFEST)
+    result = verify_run(run_dir, expect_head=head)
     assert result.ok and result.complete and result.records == 0
     assert result.message == f"OK {run_dir}: 0 records, head {head}"
 
@@ -353,11 +408,23 @@ def test_reordered_lines_are_caught(run: tuple[Path, str]) -> None:
 
 def test_naive_tail_cut_is_caught(run: tuple[Path, str]) -> None:
     run_dir, _ = run
-    _write_lines(run_dir, _lines(run_dir)[:-2])
+    _write_lines(run_dir, _lines(run_dir)[:-3])  # the seal and two records
     result = verify_run(run_dir)
     _assert_failed(result, "results.jsonl: SHA-256 mismatch")
+    assert any(p.startswith("results.jsonl: no seal record at the end") for p in result.problems)
     assert any(p.startswith("manifest.json: completion.chain_head") for p in result.problems)
     assert "manifest.json: completion.records is 6 but results.jsonl holds 4" in result.problems
+
+
+def test_cutting_only_the_seal_is_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    _write_lines(run_dir, _lines(run_dir)[:-1])
+    _reseal(run_dir)
+    _assert_failed(
+        verify_run(run_dir),
+        "results.jsonl: no seal record at the end although the run was finalized "
+        "(seal cut off, or written before seals existed?)",
+    )
 
 
 def test_tail_cut_with_consistent_reseal_needs_expect_head(
@@ -365,9 +432,7 @@ def test_tail_cut_with_consistent_reseal_needs_expect_head(
 ) -> None:
     """The design's known limit: no secret, so only an out-of-band head catches this."""
     run_dir, head = run
-    _write_lines(run_dir, _lines(run_dir)[:-2])
-    _rewrite_completion(run_dir)
-    _reseal(run_dir)
+    _forge_seal(run_dir, _items(run_dir)[:-2])
 
     forged = verify_run(run_dir)
     assert forged.ok and forged.complete and forged.records == 4  # undetectable alone
@@ -376,7 +441,7 @@ def test_tail_cut_with_consistent_reseal_needs_expect_head(
     assert not caught.ok
     assert caught.problems == [
         f"chain head mismatch: expected {head[:12]}…, found {forged.head[:12]}… "  # type: ignore[index]
-        "(records cut or replaced?)"
+        "(records cut or replaced, or files changed and re-sealed?)"
     ]
     assert main([str(run_dir)]) == 0
     assert main([str(run_dir), "--expect-head", head.upper()]) == 1
@@ -405,9 +470,11 @@ def test_manifest_completion_edit_does_not_touch_genesis_but_is_caught(
     manifest["completion"]["records"] = 7
     (run_dir / MANIFEST_NAME).write_bytes(canonical_json(manifest))
     _reseal(run_dir)
+    result = verify_run(run_dir)
     _assert_failed(
-        verify_run(run_dir), "manifest.json: completion.records is 7 but results.jsonl holds 6"
+        result, "manifest.json: SHA-256 does not match the seal (changed after the run?)"
     )
+    assert "manifest.json: completion.records is 7 but results.jsonl holds 6" in result.problems
 
 
 def test_non_canonical_manifest_is_caught(run: tuple[Path, str]) -> None:
@@ -435,7 +502,7 @@ def test_partial_last_line_is_reported_not_crashed(run: tuple[Path, str]) -> Non
     _reseal(run_dir)
     result = verify_run(run_dir)
     _assert_failed(
-        result, "results.jsonl line 7: incomplete last line (no trailing newline; partial write?)"
+        result, "results.jsonl line 8: incomplete last line (no trailing newline; partial write?)"
     )
     assert result.records == 6
 
@@ -557,7 +624,7 @@ def test_never_finalized_run_is_reported_as_unsealed(
     assert result.ok and not result.complete and result.head == head
     assert result.message == (
         "INCOMPLETE run: 2 records intact, run did not complete "
-        f"(never sealed: no SHA256SUMS; still running or crashed); head {head}"
+        f"(never sealed: no seal record; still running or crashed); head {head}"
     )
     assert main([str(run_dir)]) == 3
     assert capsys.readouterr().out.startswith("INCOMPLETE run: 2 records intact")
@@ -617,12 +684,12 @@ def test_writer_rejects_bad_manifests_before_touching_disk(
     assert not (tmp_path / "run").exists()
 
 
-def test_append_rejects_prev_and_bad_values_without_writing(tmp_path: Path) -> None:
+def test_append_rejects_prev_and_seal_without_writing(tmp_path: Path) -> None:
     writer = EvidenceWriter(tmp_path / "run", MANIFEST)
     with pytest.raises(ValueError, match="'prev'"):
         writer.append({"prev": "x"})
-    with pytest.raises(ValueError, match=r"\$\.score.*None"):
-        writer.append({"score": math.nan})
+    with pytest.raises(ValueError, match="reserved"):
+        writer.append({"kind": "seal", "files": {}})
     with pytest.raises(TypeError):
         writer.append(["not", "a", "dict"])  # type: ignore[arg-type]
     writer.append({"score": None})
@@ -749,11 +816,12 @@ def test_cli_tampered_prints_one_line_and_details_on_stderr(
     run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir, _ = run
-    _write_lines(run_dir, _lines(run_dir)[:-1])
+    _write_lines(run_dir, _lines(run_dir)[:-2])
     assert main([str(run_dir)]) == 1
     captured = capsys.readouterr()
-    assert captured.out == f"FAILED {run_dir}: results.jsonl: SHA-256 mismatch (+2 more)\n"
-    assert captured.err.splitlines()[0].startswith("  manifest.json: completion.chain_head")
+    assert captured.out == f"FAILED {run_dir}: results.jsonl: SHA-256 mismatch (+3 more)\n"
+    assert captured.err.splitlines()[0].startswith("  results.jsonl: no seal record at the end")
+    assert captured.err.splitlines()[1].startswith("  manifest.json: completion.chain_head")
 
 
 def test_cli_missing_directory_is_a_usage_error(
@@ -802,3 +870,390 @@ def test_verify_run_rejects_a_malformed_expect_head(run: tuple[Path, str]) -> No
 def test_module_is_pure() -> None:
     source = Path(ev.__file__).read_text()
     assert "import pytest" not in source and "from pytest " not in source
+
+
+# --------------------------------------------------------------------------
+# Whatever an agent returns: json_safe
+# --------------------------------------------------------------------------
+
+
+class _Shouty:
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+def test_json_safe_keeps_what_canonical_json_cannot_hold_as_strings() -> None:
+    import datetime
+
+    value = {
+        "big": 2**70,
+        "neg": -(2**64),
+        "edge": 2**53 - 1,
+        "floats": [math.nan, math.inf, -math.inf, 0.5],
+        "keys": {1: "int", (2, 3): "tuple", None: "none"},
+        "tuple": (1, 2),
+        "set": {3, 1},
+        "bytes": b"ok \xff",
+        "when": datetime.date(2024, 5, 1),
+        "odd": _Shouty(),
+    }
+    safe, notes = json_safe(value)
+    assert safe == {
+        "big": "1180591620717411303424",
+        "neg": "-18446744073709551616",
+        "edge": 2**53 - 1,
+        "floats": ["NaN", "Infinity", "-Infinity", 0.5],
+        "keys": {"1": "int", "(2, 3)": "tuple", "None": "none"},
+        "tuple": [1, 2],
+        "set": [1, 3],
+        "bytes": "ok \udcff",
+        "when": "2024-05-01",
+        "odd": "<unprintable _Shouty>",
+    }
+    assert notes == [
+        {"path": "$.big", "was": "int"},
+        {"path": "$.neg", "was": "int"},
+        {"path": "$.floats[0]", "was": "float"},
+        {"path": "$.floats[1]", "was": "float"},
+        {"path": "$.floats[2]", "was": "float"},
+        {"path": '$.keys["1"]', "was": "int key"},
+        {"path": '$.keys["(2, 3)"]', "was": "tuple key"},
+        {"path": "$.keys.None", "was": "NoneType key"},
+        {"path": "$.set", "was": "set"},
+        {"path": "$.bytes", "was": "bytes"},
+        {"path": "$.when", "was": "date"},
+        {"path": "$.odd", "was": "_Shouty"},
+    ]
+    data = canonical_json(safe)
+    assert b'"1180591620717411303424"' in data and b'"ok \\udcff"' in data
+    assert int(safe["big"]) == 2**70  # exact: the value can be read back
+    assert json.loads(data)["bytes"].encode("utf-8", "surrogateescape") == b"ok \xff"
+
+
+def test_json_safe_never_overwrites_a_key_when_names_collide() -> None:
+    safe, notes = json_safe({1: "int", "1": "str", (1,): "tuple", "(1,)": "str too"})
+    assert safe == {"1": "str", "1 (int)": "int", "(1,)": "str too", "(1,) (tuple)": "tuple"}
+    assert [n["was"] for n in notes] == ["int key", "tuple key"]
+    # a surrogate pair held as two code points and its character are one JSON key
+    joined, _ = json_safe({"\ud83d\ude00": 1, "😀": 2})
+    assert joined == {"😀": 1, "😀 (str)": 2}
+    canonical_json(joined)
+
+
+def test_json_safe_survives_cycles_deep_nesting_and_huge_integers() -> None:
+    loop: dict[str, Any] = {"name": "x"}
+    loop["self"] = loop
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(300):
+        inner.append([])
+        inner = inner[0]
+    huge = 10**5000  # beyond Python's 4300-digit int-to-str limit
+    safe, notes = json_safe({"loop": loop, "deep": deep, "huge": huge})
+    assert safe["loop"] == {"name": "x", "self": "<circular reference to $.loop>"}
+    assert int(safe["huge"], 16) == huge
+    assert {"path": "$.loop.self", "was": "circular reference"} in notes
+    level = safe["deep"]
+    for _ in range(199):
+        level = level[0]
+    assert isinstance(level, str) and level.startswith("[[[")  # the rest, kept as JSON text
+    canonical_json(safe)
+
+
+def test_json_safe_lists_at_most_100_notes() -> None:
+    _, notes = json_safe([math.nan] * 150)
+    assert len(notes) == 101
+    assert notes[-1] == {"path": "$", "was": "50 more values (not listed)"}
+
+
+def test_json_safe_leaves_plain_data_as_it_is() -> None:
+    records = _records(len(TRICKY_TEXTS))
+    safe, notes = json_safe(records)
+    assert safe == records and notes == []
+    assert json_safe_record({"a": 1}) == {"a": 1}  # no marker when nothing changed
+
+
+def test_json_safe_record_keeps_earlier_notes() -> None:
+    once = json_safe_record({"n": 2**60})
+    assert once == {"n": "1152921504606846976", "converted": [{"path": "$.n", "was": "int"}]}
+    twice = json_safe_record({**once, "x": math.nan})
+    assert twice["converted"] == [{"path": "$.n", "was": "int"}, {"path": "$.x", "was": "float"}]
+    assert json_safe_record(once) == once
+
+
+def test_numpy_values_become_plain_numbers() -> None:
+    np = pytest.importorskip("numpy")
+    safe, notes = json_safe({"i": np.int64(7), "f": np.float32(0.5), "a": np.array([1, 2])})
+    assert safe == {"i": 7, "f": 0.5, "a": [1, 2]}
+    assert type(safe["i"]) is int and [n["path"] for n in notes] == ["$.f", "$.a"]
+
+
+def test_append_records_what_an_agent_returned_and_the_run_verifies(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    writer.append(
+        {
+            "tool_calls": [{"name": "pay", "arguments": {"amount": 2**70, "rate": math.nan}}],
+            "usage": {"prompt_tokens": 10**30, 2: "two"},
+        }
+    )
+    head = writer.finalize()
+    (record,) = [json.loads(line) for line in _items(run_dir)]
+    assert record["tool_calls"][0]["arguments"] == {"amount": str(2**70), "rate": "NaN"}
+    assert record["usage"] == {"prompt_tokens": str(10**30), "2": "two"}
+    assert [n["path"] for n in record["converted"]] == [
+        "$.tool_calls[0].arguments.amount",
+        "$.tool_calls[0].arguments.rate",
+        "$.usage.prompt_tokens",
+        '$.usage["2"]',
+    ]
+    result = verify_run(run_dir, expect_head=head)
+    assert result.ok and result.complete, result.problems
+
+
+# --------------------------------------------------------------------------
+# The seal: every file bound to the head
+# --------------------------------------------------------------------------
+
+
+def _rewrite_summary(run_dir: Path) -> None:
+    write_file_atomic(run_dir / "summary.json", canonical_json({"passed": 5, "failed": 0}))
+
+
+def _edit_report(run_dir: Path) -> None:
+    (run_dir / "reports" / "report.md").write_text("# Report\nAll green.\n")
+
+
+def _add_file(run_dir: Path) -> None:
+    (run_dir / "reports" / "extra.html").write_text("<p>fine</p>")
+
+
+def _delete_file(run_dir: Path) -> None:
+    (run_dir / "reports" / "report.md").unlink()
+
+
+@pytest.mark.parametrize(
+    ("tamper", "problem"),
+    [
+        (
+            _rewrite_summary,
+            "summary.json: SHA-256 does not match the seal (changed after the run?)",
+        ),
+        (
+            _edit_report,
+            "reports/report.md: SHA-256 does not match the seal (changed after the run?)",
+        ),
+        (_add_file, "reports/extra.html: present but not sealed (added after the run?)"),
+        (_delete_file, "reports/report.md: sealed but missing (deleted?)"),
+    ],
+)
+def test_a_changed_added_or_deleted_file_is_caught_after_sha256sums_is_recomputed(
+    run: tuple[Path, str], tamper: Callable[[Path], None], problem: str
+) -> None:
+    run_dir, head = run
+    tamper(run_dir)
+    _reseal(run_dir)
+    _assert_failed(verify_run(run_dir), problem)
+    _assert_failed(verify_run(run_dir, expect_head=head), problem)
+    assert main([str(run_dir), "--expect-head", head]) == 1
+
+
+def test_a_forged_seal_is_caught_only_by_expect_head(run: tuple[Path, str]) -> None:
+    run_dir, head = run
+    _rewrite_summary(run_dir)
+    forged_head = _forge_seal(run_dir)
+    assert verify_run(run_dir).ok  # consistent: no secret, so undetectable alone
+    caught = verify_run(run_dir, expect_head=head)
+    assert caught.problems == [
+        f"chain head mismatch: expected {head[:12]}…, found {forged_head[:12]}… "
+        "(records cut or replaced, or files changed and re-sealed?)"
+    ]
+
+
+def test_an_interrupted_run_relabelled_complete_is_caught(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    head = _write_run(run_dir, _records(3), interrupted=True)
+    manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
+    manifest["completed"] = True
+    manifest["completion"].update(interrupted=False, not_evaluated=0)
+    (run_dir / MANIFEST_NAME).write_bytes(canonical_json(manifest))
+    _reseal(run_dir)
+
+    result = verify_run(run_dir)
+    _assert_failed(
+        result, "manifest.json: SHA-256 does not match the seal (changed after the run?)"
+    )
+    assert "manifest.json: 'completed' is true but the seal says false" in result.problems
+    assert (
+        "manifest.json: completion.interrupted is false but the seal says true" in result.problems
+    )
+    assert not result.complete
+
+    _forge_seal(run_dir, interrupted=False, not_evaluated=0)  # the seal relabelled too
+    assert verify_run(run_dir).complete
+    caught = verify_run(run_dir, expect_head=head)
+    assert not caught.ok and caught.problems[0].startswith("chain head mismatch")
+
+
+def test_a_seal_relabelled_without_the_manifest_disagrees_with_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _write_run(run_dir, _records(3), interrupted=True)
+    lines = _lines(run_dir)
+    seal = json.loads(lines[-1])
+    seal.update(completed=True, interrupted=False)
+    _write_lines(run_dir, [*lines[:-1], canonical_json(seal)])
+    _reseal(run_dir)
+    result = verify_run(run_dir)
+    _assert_failed(result, "manifest.json: 'completed' is false but the seal says true")
+    assert not result.complete
+
+
+def test_records_after_the_seal_are_caught(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    lines = _lines(run_dir)
+    extra = canonical_json({"id": "late", "prev": sha256_hex(lines[-1])})
+    _write_lines(run_dir, [*lines, extra])
+    _reseal(run_dir)
+    _assert_failed(
+        verify_run(run_dir),
+        "results.jsonl line 8: a record after the seal (appended after the run?)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"files": None}, "results.jsonl line 7: malformed seal record (files)"),
+        (
+            {"records": -1, "ended_at": 5},
+            "results.jsonl line 7: malformed seal record (records, ended_at)",
+        ),
+        (
+            {"files": {"../outside": "0" * 64}},
+            "results.jsonl line 7: the seal lists ../outside, which it cannot bind",
+        ),
+        (
+            {"files": {"results.jsonl": "0" * 64}},
+            "results.jsonl line 7: the seal lists results.jsonl, which it cannot bind",
+        ),
+        ({"records": 5}, "results.jsonl line 7: the seal counts 5 records but 6 precede it"),
+        (
+            {"interrupted": True},
+            "results.jsonl line 7: the seal says completed true and interrupted true",
+        ),
+    ],
+)
+def test_a_malformed_seal_is_reported(
+    run: tuple[Path, str], change: dict[str, Any], problem: str
+) -> None:
+    run_dir, _ = run
+    lines = _lines(run_dir)
+    seal = {**json.loads(lines[-1]), **change}
+    _write_lines(run_dir, [*lines[:-1], canonical_json(seal)])
+    _reseal(run_dir)
+    result = verify_run(run_dir)
+    assert not result.ok and problem in result.problems, result.problems
+
+
+def test_a_second_seal_is_reported(run: tuple[Path, str]) -> None:
+    run_dir, _ = run
+    lines = _lines(run_dir)
+    again = canonical_json({**json.loads(lines[-1]), "prev": sha256_hex(lines[-1])})
+    _write_lines(run_dir, [*lines, again])
+    _reseal(run_dir)
+    assert "results.jsonl line 8: a second seal record" in verify_run(run_dir).problems
+
+
+def test_finalize_resumes_after_a_failed_step_and_seals_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    writer.append({"id": 1})
+    write_file_atomic(run_dir / "summary.json", b"{}")
+    with monkeypatch.context() as patch:
+
+        def full_disk(run_dir: Path) -> bytes:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        patch.setattr(ev, "build_sha256sums", full_disk)
+        with pytest.raises(OSError):
+            writer.finalize()
+    head = writer.finalize()
+    assert sum(1 for line in _lines(run_dir) if is_seal(json.loads(line))) == 1
+    result = verify_run(run_dir, expect_head=head)
+    assert result.ok and result.complete and result.records == 1, result.problems
+
+
+def test_finalize_after_close_still_seals(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    writer = EvidenceWriter(run_dir, MANIFEST)
+    writer.append({"id": 1})
+    writer.close()
+    head = writer.finalize()
+    assert head == writer.head == sha256_hex(_lines(run_dir)[-1])
+    assert verify_run(run_dir, expect_head=head).complete
+
+
+# --------------------------------------------------------------------------
+# verify reads only regular files, bounded
+# --------------------------------------------------------------------------
+
+
+def _verify_in_subprocess(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    """A hang must fail this test, not the suite: a separate process with a timeout."""
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval", "verify", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("name", [RESULTS_NAME, SUMS_NAME, MANIFEST_NAME, "summary.json"])
+@pytest.mark.parametrize("special", ["fifo", "dev-zero"])
+def test_verify_refuses_a_fifo_or_dev_zero_in_place_of_a_file(
+    run: tuple[Path, str], name: str, special: str
+) -> None:
+    run_dir, _ = run
+    (run_dir / name).unlink()
+    if special == "fifo":
+        os.mkfifo(run_dir / name)
+        kind = "FIFO"
+    else:
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("needs /dev/zero")
+        (run_dir / name).symlink_to("/dev/zero")
+        kind = "symlink"
+    done = _verify_in_subprocess(run_dir)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{name}: not a regular file ({kind}); refused" in done.stdout + done.stderr
+
+
+def test_verify_refuses_oversized_files(
+    run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, _ = run
+    size = (run_dir / MANIFEST_NAME).stat().st_size
+    monkeypatch.setattr(ev, "_MAX_SMALL_FILE", 100)
+    _assert_failed(
+        verify_run(run_dir), f"manifest.json: too large ({size} bytes; the limit is 100)"
+    )
+    monkeypatch.setattr(ev, "_MAX_SMALL_FILE", 1 << 20)
+    monkeypatch.setattr(ev, "_CHUNK", 64)
+    monkeypatch.setattr(ev, "_MAX_LINE", 100)
+    result = verify_run(run_dir)
+    assert "results.jsonl line 1: line longer than 100 bytes; not read" in result.problems
+    assert not result.ok
+
+
+def test_verify_reads_small_chunks_the_same(
+    run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, head = run
+    monkeypatch.setattr(ev, "_CHUNK", 7)  # lines split across many reads
+    result = verify_run(run_dir, expect_head=head)
+    assert result.ok and result.complete and result.records == 6, result.problems

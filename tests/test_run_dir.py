@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 from demo_family import SUBJECT
 
-from pytest_agenteval._evidence import verify_run
+from pytest_agenteval._evidence import build_sha256sums, canonical_json, is_seal, verify_run
 from pytest_agenteval._output import new_run_dir, slug
 from pytest_agenteval._redact import Redactor
+
+SEALED = ("manifest.json", "summary.json", "junit.xml", "results.sarif", "report.md", "report.html")
 
 
 def run_dir(pytester: pytest.Pytester) -> Path:
     (found,) = (pytester.path / ".agenteval" / "runs").glob("*/*/*")
     return found
+
+
+def printed_head(result: pytest.RunResult) -> str:
+    """The chain head the terminal summary prints at the end of the run."""
+    return next(
+        ln.split()[3] for ln in result.stdout.lines if ln.startswith("evidence chain head:")
+    )
+
+
+def item_records(d: Path) -> list[dict[str, Any]]:
+    """results.jsonl without its last line, the seal."""
+    records = [json.loads(line) for line in (d / "results.jsonl").read_text().splitlines()]
+    assert is_seal(records[-1])
+    return records[:-1]
 
 
 def test_a_run_leaves_a_verifiable_directory(demo: pytest.Pytester) -> None:
@@ -29,13 +49,15 @@ def test_a_run_leaves_a_verifiable_directory(demo: pytest.Pytester) -> None:
         "summary.json",
         "SHA256SUMS",
     }
-    head = next(
-        ln.split()[3] for ln in result.stdout.lines if ln.startswith("evidence chain head:")
-    )
+    head = printed_head(result)
     check = verify_run(d, expect_head=head)
     assert check.ok and check.complete and check.records == 4, check.problems
+    lines = (d / "results.jsonl").read_bytes().splitlines()
+    seal = json.loads(lines[-1])
+    assert seal["kind"] == "seal" and hashlib.sha256(lines[-1]).hexdigest() == head
+    assert set(seal["files"]) == set(SEALED)  # every file but results.jsonl and SHA256SUMS
     manifest = json.loads((d / "manifest.json").read_text())
-    assert manifest["completed"] is True and manifest["completion"]["chain_head"] == head
+    assert manifest["completed"] is True and manifest["completion"]["chain_head"] == seal["prev"]
     assert manifest["family"] == "demo" and manifest["preset"] == "standard"
     assert set(manifest["files"]) == {
         "demo/benchmark.yaml",
@@ -48,7 +70,6 @@ def test_a_run_leaves_a_verifiable_directory(demo: pytest.Pytester) -> None:
     )
     summary = json.loads((d / "summary.json").read_text())
     assert summary["chain_head"] == manifest["completion"]["chain_head"] or summary["chain_head"]
-    lines = (d / "results.jsonl").read_text().splitlines()
     record = json.loads(lines[0])
     assert set(record) >= {"nodeid", "scenario_id", "prompt", "answer", "result", "timings", "prev"}
     assert "family_root" not in record  # no absolute paths of this machine in evidence
@@ -111,10 +132,147 @@ def test_interrupted_run_is_marked_incomplete_and_keeps_what_it_graded(
     d = run_dir(demo)
     check = verify_run(d)
     assert check.ok and not check.complete
-    assert check.records == 2
     manifest = json.loads((d / "manifest.json").read_text())
     assert manifest["completed"] is False and manifest["completion"]["interrupted"] is True
-    assert manifest["completion"]["not_evaluated"] == 1
+    # the two graded items are records; the interrupted one is a record or counted as not evaluated
+    assert check.records >= 2
+    assert check.records + manifest["completion"]["not_evaluated"] == 3
+    head = printed_head(result)
+    assert demo.run("agenteval", "verify", str(d), "--expect-head", head).ret == 3
+
+    # relabelled complete, SHA256SUMS recomputed: the seal still says interrupted
+    manifest["completed"] = True
+    manifest["completion"].update(interrupted=False, not_evaluated=0)
+    (d / "manifest.json").write_bytes(canonical_json(manifest))
+    (d / "SHA256SUMS").write_bytes(build_sha256sums(d))
+    for extra in ([], ["--expect-head", head]):
+        relabelled = demo.run("agenteval", "verify", str(d), *extra)
+        assert relabelled.ret == 1
+        out = relabelled.stdout.str() + relabelled.stderr.str()
+        assert "manifest.json: SHA-256 does not match the seal" in out
+        assert "manifest.json: 'completed' is true but the seal says false" in out
+
+
+def _summary_to_pass(d: Path) -> None:
+    summary = json.loads((d / "summary.json").read_text())
+    summary["verdict"], summary["gate"]["passed"] = "pass", True
+    (d / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _junit_without_failures(d: Path) -> None:
+    import re
+
+    text = (d / "junit.xml").read_text(encoding="utf-8")
+    stripped = re.sub(r"<failure\b.*?</failure>|<failure\b[^>]*/>", "", text, flags=re.S)
+    assert stripped != text
+    (d / "junit.xml").write_text(stripped, encoding="utf-8")
+
+
+def _sarif_emptied(d: Path) -> None:
+    sarif = json.loads((d / "results.sarif").read_text(encoding="utf-8"))
+    assert sarif["runs"][0]["results"]
+    sarif["runs"][0]["results"] = []
+    (d / "results.sarif").write_text(json.dumps(sarif), encoding="utf-8")
+
+
+def _report_md_edited(d: Path) -> None:
+    (d / "report.md").write_text("# All scenarios passed\n")
+
+
+def _file_added(d: Path) -> None:
+    (d / "waiver.md").write_text("The failing scenario is waived.\n")
+
+
+def _file_deleted(d: Path) -> None:
+    (d / "report.html").unlink()
+
+
+TAMPERING: list[tuple[Callable[[Path], None], str]] = [
+    (_summary_to_pass, "summary.json: SHA-256 does not match the seal"),
+    (_junit_without_failures, "junit.xml: SHA-256 does not match the seal"),
+    (_sarif_emptied, "results.sarif: SHA-256 does not match the seal"),
+    (_report_md_edited, "report.md: SHA-256 does not match the seal"),
+    (_file_added, "waiver.md: present but not sealed"),
+    (_file_deleted, "report.html: sealed but missing"),
+]
+
+
+def test_every_file_of_the_run_is_bound_to_the_printed_head(
+    demo: pytest.Pytester, tmp_path: Path
+) -> None:
+    result = demo.runpytest("--bench=demo", "--preset=standard")
+    original, head = run_dir(demo), printed_head(result)
+    intact = demo.run("agenteval", "verify", str(original), "--expect-head", head)
+    assert intact.ret == 0 and intact.stdout.lines[0].startswith("OK "), intact.stdout.str()
+    for tamper, problem in TAMPERING:
+        d = tmp_path / tamper.__name__
+        shutil.copytree(original, d)
+        tamper(d)
+        (d / "SHA256SUMS").write_bytes(build_sha256sums(d))  # the forger recomputes the sums
+        check = demo.run("agenteval", "verify", str(d), "--expect-head", head)
+        assert check.ret == 1, (tamper.__name__, check.stdout.str())
+        assert check.stdout.lines[0].startswith(f"FAILED {d}: {problem}"), check.stdout.str()
+
+
+AGENT_OUTPUT = """\
+import pytest
+from pytest_agenteval import Response
+
+def agent(prompt):
+    return Response(
+        "I am an AI assistant. hello rule two. I can't help with that.",
+        tool_calls=[{"name": "search", "arguments": {
+            "big": 2**70, "neg": -2**64, "nan": float("nan"), "inf": float("inf"),
+            "keys": {1: "x", (2, 3): "y"},
+        }}],
+        usage={"prompt_tokens": 10**30, "completion_tokens": 5},
+    )
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_big_ints_nan_and_odd_keys_from_an_agent_are_recorded_and_graded(
+    demo: pytest.Pytester, workers: list[str]
+) -> None:
+    demo.makeconftest(AGENT_OUTPUT)
+    result = demo.runpytest_subprocess("--bench=demo", *workers)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()  # the gate decides
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("warned"), outcomes.get("error")) == (2, 1, None)
+    d = run_dir(demo)
+    records = item_records(d)
+    assert len(records) == 3
+    for record in records:
+        assert record["tool_calls"] == [
+            {
+                "name": "search",
+                "arguments": {
+                    "big": str(2**70),
+                    "neg": str(-(2**64)),
+                    "nan": "NaN",
+                    "inf": "Infinity",
+                    "keys": {"1": "x", "(2, 3)": "y"},
+                },
+            }
+        ]
+        assert record["usage"] == {"prompt_tokens": str(10**30), "completion_tokens": 5}
+        assert record["result"]["verdict"] in ("pass", "warn")
+        converted = {note["path"] for note in record["converted"]}
+        assert {"$.tool_calls[0].arguments.big", "$.tool_calls[0].arguments.nan"} <= converted
+        assert "$.usage.prompt_tokens" in converted
+
+    def no_constants(name: str) -> Any:
+        raise AssertionError(f"{name} in summary.json")
+
+    summary = json.loads((d / "summary.json").read_text(), parse_constant=no_constants)
+    assert summary["cost"]["total"]["prompt_tokens"] == str(3 * 10**30)
+    verified = demo.run("agenteval", "verify", str(d), "--expect-head", printed_head(result))
+    assert verified.ret == 0, verified.stdout.str()
 
 
 CANARY = "sk-canary-3f9a1c2e7d5b4a6980c1"
@@ -223,7 +381,10 @@ def test_sigterm_mid_run_leaves_an_incomplete_but_intact_run(demo: pytest.Pytest
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
     check = verify_run(results.parent)
-    assert check.ok and not check.complete and check.records == 2, check.problems
+    assert check.ok and not check.complete and check.records >= 2, check.problems
+    seal = json.loads(results.read_bytes().splitlines()[-1])
+    assert seal["kind"] == "seal" and seal["interrupted"] is True
+    assert check.records + seal["not_evaluated"] == 3  # every item accounted for
 
 
 def test_a_ten_megabyte_answer_is_kept_whole_in_evidence_and_cut_in_reports(
@@ -232,8 +393,7 @@ def test_a_ten_megabyte_answer_is_kept_whole_in_evidence_and_cut_in_reports(
     demo.makeconftest(SUBJECT.replace('return "no idea"', 'return "x" * 10_000_000'))
     demo.runpytest("--bench=demo", "--preset=standard")
     d = run_dir(demo)
-    lines = (d / "results.jsonl").read_text().splitlines()
-    answers = [json.loads(line)["answer"] for line in lines]
+    answers = [record["answer"] for record in item_records(d)]
     assert max(len(a) for a in answers) == 10_000_000
     assert (d / "junit.xml").stat().st_size < 1_000_000
     assert (d / "results.sarif").stat().st_size < 1_000_000
