@@ -10,6 +10,17 @@ aggregate through one code path.
 Verdicts come from scores by bands — pass ≥ ``pass``, warn ≥ ``warn``, else
 fail — at every level. A result whose grade could not be obtained has verdict
 ``error`` and no score; it is never counted as a pass or a fail.
+
+Scores are rounded once, to :data:`SCORE_DIGITS` decimals, when an
+:class:`EvalResult` is made, and :func:`band_verdict` compares that rounded
+score with the bands: the score written anywhere and the verdict beside it
+never disagree (three scenarios at 0.80 average to 0.8, not
+0.7999999999999999, and pass a 0.80 band).
+
+A verdict never improves going up through a ``min`` or ``cap_by_worst`` node,
+nor past a ``required`` component: each child's verdict was decided at the
+child, under its own bands, and the parent's verdict is at most as good as
+the worst of them.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from ._checks import Answer, Check
 __all__ = [
     "AGGREGATIONS",
     "MAX_NESTING_DEPTH",
+    "SCORE_DIGITS",
     "AtomicCodeEval",
     "AtomicJudgeEval",
     "Component",
@@ -36,6 +48,9 @@ __all__ = [
     "NestingError",
     "aggregate",
     "band_verdict",
+    "format_score",
+    "injection_suspected",
+    "round_score",
     "score_severity",
 ]
 
@@ -47,8 +62,32 @@ SEVERITIES = ("low", "medium", "high", "critical")
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 _VERDICT_RANK = {"pass": 0, "warn": 1, "fail": 2}
 
-#: Cap-by-worst ceilings: a failed component of this severity caps the parent.
+#: Cap-by-worst ceilings: a failed component of this severity caps the parent's score.
 CAPS: Mapping[str, float] = {"critical": 0.40, "high": 0.69}
+#: Decimals a score keeps; the one rounding of every score (see :func:`round_score`).
+SCORE_DIGITS = 6
+#: Nodes that are pytest items: a scenario, or one sample of it. Judges and
+#: criteria below them are parts of one item's grade, not items.
+ITEM_KINDS = frozenset({"scenario", "sample"})
+_GRADE_PART_KINDS = frozenset({"judge", "criterion"})
+
+
+def round_score(score: float) -> float:
+    """*score* rounded to :data:`SCORE_DIGITS` decimals: the only rounding of a score."""
+    return round(float(score), SCORE_DIGITS)
+
+
+def format_score(score: float, digits: int = 2) -> str:
+    """*score* shown with *digits* decimals, cut (rounded down), never rounded up.
+
+    A shown score then reaches a threshold of *digits* decimals exactly when
+    the score does: 0.695 shows as 0.69 beside its WARN under a 0.70 pass
+    band, never as a 0.70 that looks like a pass.
+    """
+    scale = 10**digits
+    # round_score first: 0.29 * 100 is 28.999999999999996 in binary floating point.
+    cut = math.floor(round(round_score(score) * scale, SCORE_DIGITS)) / scale
+    return f"{cut:.{digits}f}"
 
 
 class NestingError(ValueError):
@@ -68,7 +107,11 @@ class Bands:
 
 
 def band_verdict(score: float, bands: Bands) -> Verdict:
-    """The verdict a score earns under *bands* (the warn band is real)."""
+    """The verdict a score earns under *bands* (the warn band is real).
+
+    The score is compared as written: rounded by :func:`round_score`.
+    """
+    score = round_score(score)
     if score >= bands.pass_:
         return "pass"
     if score >= bands.warn:
@@ -88,6 +131,17 @@ def score_severity(score: float) -> str:
     if score < 0.60:
         return "medium"
     return "low"
+
+
+def injection_suspected(result: EvalResult) -> bool:
+    """Whether a judge flagged the answer graded in *result* as trying to steer it.
+
+    The flag is ``meta["injection_suspected"] is True`` on the item or on any
+    judge or criterion grade beneath it (one flagged panel member flags the item).
+    """
+    if result.meta.get("injection_suspected") is True:
+        return True
+    return any(injection_suspected(c) for c in result.children if c.kind in _GRADE_PART_KINDS)
 
 
 def worst_severity(*severities: str | None) -> str | None:
@@ -138,18 +192,33 @@ class EvalResult:
     children: tuple[EvalResult, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        score = self.score
+        if isinstance(score, int | float) and not isinstance(score, bool):
+            object.__setattr__(self, "score", round_score(score))
+
     @property
     def graded(self) -> bool:
         return self.verdict in GRADED
 
+    def items(self) -> tuple[EvalResult, ...]:
+        """The item results beneath (or of) this result, each once.
+
+        An item is what pytest runs: a scenario, or each sample of a scenario
+        asked several times. The judges of a panel and the criteria of a
+        per-criterion grade are parts of one item's grade, not items.
+        """
+        if self.kind == "scenario" and any(c.kind == "sample" for c in self.children):
+            return tuple(c for c in self.children if c.kind == "sample")
+        if self.kind in ITEM_KINDS or not self.children:
+            return (self,)
+        return tuple(item for child in self.children for item in child.items())
+
     def counts(self) -> dict[str, int]:
-        """Leaf outcomes beneath (or of) this result."""
-        if not self.children:
-            return {v: int(self.verdict == v) for v in ("pass", "warn", "fail", "error", "skipped")}
+        """Item outcomes beneath (or of) this result: one per item, see :meth:`items`."""
         total = dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
-        for child in self.children:
-            for k, v in child.counts().items():
-                total[k] += v
+        for item in self.items():
+            total[item.verdict] += 1
         return total
 
     def to_dict(self) -> dict[str, Any]:
@@ -258,6 +327,8 @@ def cap_by_worst(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
     """score = Σ wᵢ·sᵢ, capped at 0.40 if a critical component failed, else at 0.69 if a high one did.
 
     A critical failure cannot be averaged away by strong components elsewhere.
+    The verdict (set in :func:`combine_results`) is moreover at most the
+    worst component's: a failed component, critical or not, fails the node.
     """
     score, _ = weighted_sum(results)
     failed = [r.severity for r in results if r.verdict == "fail"]
@@ -406,7 +477,14 @@ def combine_results(
     kind: str = "composite",
     meta: Mapping[str, Any] | None = None,
 ) -> EvalResult:
-    """The composite rule, on children that already carry their weights."""
+    """The composite rule, on children that already carry their weights.
+
+    score = the aggregation of the graded children (errored and skipped ones
+    drop out, their weight renormalised away), rounded once; verdict = the
+    score's band, then never better than the worst graded child under
+    ``min`` and ``cap_by_worst``, nor than any ``required`` graded child. Each
+    child's verdict is the one it was given under its own bands.
+    """
     graded = [c for c in children if c.graded]
     common = dict(
         key=key,
@@ -421,13 +499,13 @@ def combine_results(
         verdict: Verdict = "error" if errored else "skipped"
         why = "no component could be graded" if errored else "nothing to grade"
         return EvalResult(score=None, verdict=verdict, reasoning=why, **common)  # type: ignore[arg-type]
-    score, override = aggregate(aggregation, graded)
+    raw, override = aggregate(aggregation, graded)
+    score = round_score(raw)
     verdict = override or band_verdict(score, bands)
-    reasons = []
-    failed_required = [c.key for c in graded if c.required and c.verdict == "fail"]
-    if failed_required and verdict != "fail":
-        verdict = "fail"
-        reasons.append("required component failed: " + ", ".join(failed_required))
+    reasons: list[str] = []
+    if aggregation in _MONOTONE:
+        verdict = _bounded(verdict, graded, f"{aggregation}: worst component", reasons)
+    verdict = _bounded(verdict, [c for c in graded if c.required], "required component", reasons)
     node_severity = None
     if verdict == "fail":
         node_severity = worst_severity(
@@ -442,6 +520,25 @@ def combine_results(
         reasoning="; ".join(reasons),
         **common,  # type: ignore[arg-type]
     )
+
+
+#: Aggregations through which a verdict never improves.
+_MONOTONE = frozenset({"min", "cap_by_worst"})
+_WORDS = {"fail": "failed", "warn": "warned"}
+
+
+def _bounded(
+    verdict: Verdict, bounds: Sequence[EvalResult], label: str, reasons: list[str]
+) -> Verdict:
+    """*verdict*, made no better than the worst verdict among *bounds* (graded children)."""
+    if not bounds:
+        return verdict
+    worst = max(bounds, key=lambda c: _VERDICT_RANK[c.verdict]).verdict
+    if _VERDICT_RANK[worst] <= _VERDICT_RANK[verdict]:
+        return verdict
+    keys = [c.key for c in bounds if c.verdict == worst]
+    reasons.append(f"{label} {_WORDS[worst]}: {', '.join(keys)}")
+    return worst
 
 
 JudgeFn = Callable[..., Awaitable[Any]]

@@ -9,18 +9,31 @@ A run passes its gate when all of these hold:
 * no more than ``gate.max_errors`` items errored (default 0: a judge or
   subject that failed makes the run red, because an unevaluated item is not
   evidence of anything);
+* no more than ``gate.max_critical_failures`` scenarios of critical severity
+  failed (default 0). The severity is the one declared — the scenario's, else
+  its article's — not the one a low score implies. A scenario fails when its
+  verdict is FAIL or, asked several times, when any of its samples failed:
+  an agent that does a prohibited thing one time in three does it;
+* no more than ``gate.max_injection_suspected`` items were flagged as
+  trying to steer their judge (``meta["injection_suspected"]``; default 0: a
+  steered grade is never a silent pass);
 * the run was not interrupted.
 
 A root ``warn`` under ``fail_on: fail`` passes but is named in the notes, so
-it is visible without failing CI.
+it is visible without failing CI. A partial run (``-k``, ``-m``, ``--lf``,
+``-x``) is gated on what ran, and a note says how much that was.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ._evals import EvalResult
+from ._evals import EvalResult, format_score, injection_suspected
 from ._family import Plan
+
+#: How many scenario ids a gate reason names before "and N more".
+NAMED_LIMIT = 10
 
 
 @dataclass(frozen=True)
@@ -28,9 +41,83 @@ class GateOutcome:
     passed: bool
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Failed scenarios of declared critical severity, by id (every one, not capped).
+    critical_failures: list[str] = field(default_factory=list)
+    #: Items flagged as steering their judge, by id (``id[sN]`` for a sample).
+    injection_suspected: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"passed": self.passed, "reasons": list(self.reasons), "notes": list(self.notes)}
+        return {
+            "passed": self.passed,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
+            "critical_failures": list(self.critical_failures),
+            "injection_suspected": list(self.injection_suspected),
+        }
+
+
+def named(ids: Sequence[str], limit: int = NAMED_LIMIT) -> str:
+    """``a, b, c`` — at most *limit* ids, then ``and N more``."""
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def shown_apart(score: float, threshold: float) -> tuple[str, str]:
+    """*score* and *threshold* shown with the fewest decimals (2 to 6) that tell them apart.
+
+    Both are cut, never rounded up (see :func:`~pytest_agenteval._evals.format_score`),
+    so a reason never reads "0.87 below the gate minimum 0.87".
+    """
+    for digits in range(2, 7):
+        a, b = format_score(score, digits), format_score(threshold, digits)
+        if a != b:
+            break
+    return a, b
+
+
+def scenario_nodes(tree: EvalResult) -> Iterator[EvalResult]:
+    """The scenario nodes of a family tree, in tree order."""
+    if tree.kind == "scenario":
+        yield tree
+        return
+    for child in tree.children:
+        yield from scenario_nodes(child)
+
+
+def item_label(scenario: EvalResult, item: EvalResult) -> str:
+    """An item's id as pytest shows it: the scenario id, ``[sN]`` for a sample."""
+    if item is scenario or item.kind != "sample":
+        return scenario.key
+    return f"{scenario.key}[{item.key.rpartition('#')[2]}]"
+
+
+def critical_failures(plan: Plan, tree: EvalResult) -> list[str]:
+    """Failed scenarios whose declared severity (scenario's, else article's) is critical."""
+    declared = {
+        s.id: s.severity or art.meta.severity for art in plan.family.articles for s in art.scenarios
+    }
+    found = []
+    for node in scenario_nodes(tree):
+        if declared.get(node.key) != "critical":
+            continue
+        if node.verdict == "fail":
+            found.append(node.key)
+            continue
+        items = node.items()
+        failed = sum(1 for i in items if i.verdict == "fail")
+        if failed:
+            found.append(f"{node.key} ({failed} of {len(items)} samples failed)")
+    return found
+
+
+def injection_items(tree: EvalResult) -> list[str]:
+    """Items flagged as trying to steer their judge, each once."""
+    return [
+        item_label(node, item)
+        for node in scenario_nodes(tree)
+        for item in node.items()
+        if injection_suspected(item)
+    ]
 
 
 def decide_gate(plan: Plan, tree: EvalResult | None, *, interrupted: bool = False) -> GateOutcome:
@@ -47,32 +134,48 @@ def decide_gate(plan: Plan, tree: EvalResult | None, *, interrupted: bool = Fals
         reasons.append("nothing was graded (every item skipped)")
     else:
         if tree.verdict == "fail":
-            why = f"score {tree.score:.2f} < warn {bands.warn:.2f}"
-            if tree.reasoning:
-                why = tree.reasoning
-            reasons.append(f"root verdict FAIL ({why})")
+            score, warn = shown_apart(tree.score, bands.warn)
+            reasons.append(
+                f"root verdict FAIL ({tree.reasoning or f'score {score} < warn {warn}'})"
+            )
         elif tree.verdict == "warn":
-            msg = f"root verdict WARN (score {tree.score:.2f} < pass {bands.pass_:.2f})"
+            score, pass_ = shown_apart(tree.score, bands.pass_)
+            msg = f"root verdict WARN ({tree.reasoning or f'score {score} < pass {pass_}'})"
             if gate.fail_on == "warn":
                 reasons.append(msg + "; the preset's gate fails on warn")
             else:
                 notes.append(msg + "; not failing the gate (fail_on: fail)")
         if gate.min_score is not None and tree.score < gate.min_score:
-            reasons.append(f"score {tree.score:.2f} below the gate minimum {gate.min_score:.2f}")
+            score, floor = shown_apart(tree.score, gate.min_score)
+            reasons.append(f"score {score} below the gate minimum {floor}")
     if counts["error"] > gate.max_errors:
         reasons.append(
             f"{counts['error']} item(s) errored and were not evaluated "
             f"(the gate allows {gate.max_errors})"
         )
+    critical = critical_failures(plan, tree)
+    if len(critical) > gate.max_critical_failures:
+        reasons.append(
+            f"{len(critical)} critical scenario(s) failed: {named(critical)} "
+            f"(the gate allows {gate.max_critical_failures})"
+        )
+    flagged = injection_items(tree)
+    if len(flagged) > gate.max_injection_suspected:
+        reasons.append(
+            f"{len(flagged)} item(s) suspected of prompt injection (an answer that tries "
+            f"to steer its judge): {named(flagged)} "
+            f"(the gate allows {gate.max_injection_suspected})"
+        )
     if interrupted:
         reasons.append("the run was interrupted before every item ran")
-    graded = counts["pass"] + counts["warn"] + counts["fail"]
+    ran = sum(counts.values())
     total = plan.scenario_count() * plan.samples
-    if graded + counts["error"] + counts["skipped"] < total:
+    if ran < total:
         notes.append(
-            f"partial run: {graded + counts['error'] + counts['skipped']} of {total} "
-            "scenarios in the preset ran (deselected, -x or --lf)"
+            f"partial run: {ran} of {total} items in the preset ran (the others were "
+            "deselected, e.g. by -k, -m or --lf); the gate judged only these, so a failure "
+            "outside them is not seen — run the full preset before relying on it"
         )
     if counts["skipped"]:
-        notes.append(f"{counts['skipped']} scenario(s) skipped (nothing the judge could grade)")
-    return GateOutcome(not reasons, reasons, notes)
+        notes.append(f"{counts['skipped']} item(s) skipped (nothing the judge could grade)")
+    return GateOutcome(not reasons, reasons, notes, critical, flagged)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from ._evals import format_score
+
 __all__ = [
     "ANSWER_LIMIT",
     "DISCLAIMER",
@@ -143,8 +145,10 @@ def _num(value: Any) -> float | None:
 
 
 def fmt_score(value: Any, digits: int = 2) -> str:
+    """A score cut (never rounded up) to *digits* decimals: 0.695 under a 0.70
+    pass band shows as 0.69 beside its WARN, as in the terminal."""
     x = _num(value)
-    return "—" if x is None else f"{x:.{digits}f}"
+    return "—" if x is None else format_score(x, digits)
 
 
 def fmt_int(value: Any) -> str:
@@ -225,6 +229,23 @@ def _leaves(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if node.get("kind") == "scenario" or not kids:
         return [node]
     return [leaf for kid in kids for leaf in _leaves(kid)]
+
+
+def _flagged(result: Mapping[str, Any]) -> bool:
+    """A judge flagged this grade (or a judge or criterion grade in it) as steered."""
+    if _get(result, "meta", "injection_suspected") is True:
+        return True
+    return any(_flagged(c) for c in _children(result) if c.get("kind") in ("judge", "criterion"))
+
+
+def _injection_reasons(result: Mapping[str, Any]) -> list[str]:
+    found: list[str] = []
+    for part in (result, *(c for c in _children(result) if c.get("kind") == "judge")):
+        for why in _list(_get(part, "meta", "injection_reasons")):
+            text = _s(why)
+            if text and text not in found:
+                found.append(text)
+    return found
 
 
 def _criteria(raw: Any) -> list[dict[str, str]]:
@@ -339,6 +360,7 @@ def _scenario_view(
     location = _s(meta.get("file"))
     if location and meta.get("line"):
         location = f"{location}:{_s(meta['line'])}"
+    injection = _flagged(result) if result else node.get("injection_suspected") is True
     return {
         "id": sid,
         "label": " · ".join([sid, *suffix]),
@@ -365,6 +387,8 @@ def _scenario_view(
         "prompt_omitted": prompt_omitted,
         "location": location,
         "anchor": "",
+        "injection": injection,
+        "injection_reasons": _injection_reasons(result) if injection else [],
     }
 
 
@@ -630,6 +654,8 @@ def build_view(
     for sc in failed:
         first_anchor.setdefault(sc["id"], sc["anchor"])
     critical = [sc for sc in failed if sc["severity"] == "critical"]
+    # A steered grade is never a silent pass: every flagged item is listed, whatever its verdict.
+    injection = sorted((sc for sc in scenarios if sc["injection"]), key=by_tree)
 
     bands = {"pass": _num(_get(s, "bands", "pass")), "warn": _num(_get(s, "bands", "warn"))}
     if bands["pass"] is None:
@@ -678,6 +704,7 @@ def build_view(
         "pillars": pillars,
         "chart": _pillar_chart(pillars, bands) if pillars else None,
         "critical": critical,
+        "injection": injection,
         "failed": failed,
         "warned": warned,
         "errors": errors,

@@ -201,11 +201,22 @@ class PillarSpec(_Strict):
 
 
 class GateSpec(_Strict):
-    """What decides the exit status, beyond the root verdict."""
+    """What decides the exit status, beyond the root verdict.
+
+    The defaults are the strict ones, so a family, a preset or an article file
+    run on its own that says nothing gets them: no errored item
+    (``max_errors``), no FAILED scenario of critical severity
+    (``max_critical_failures``; the scenario's severity, else its article's)
+    and no item whose judge suspected the answer of steering it
+    (``max_injection_suspected``). A preset's ``gate`` replaces the family's
+    whole, with these defaults for what it leaves out.
+    """
 
     fail_on: Literal["fail", "warn"] = "fail"
     min_score: Unit | None = None
     max_errors: Annotated[StrictInt, Field(ge=0)] = 0
+    max_critical_failures: Annotated[StrictInt, Field(ge=0)] = 0
+    max_injection_suspected: Annotated[StrictInt, Field(ge=0)] = 0
 
 
 class AggregationOverrides(_Strict):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._collect import STATE
-from ._evals import EvalResult
+from ._evals import EvalResult, format_score, injection_suspected
+from ._gate import named
 
 if TYPE_CHECKING:
     from ._collect import ScenarioItem
@@ -21,7 +22,7 @@ _MARKUP = {
 
 
 def _score(result: EvalResult) -> str:
-    return "  -  " if result.score is None else f"{result.score:.2f}"
+    return "  -  " if result.score is None else format_score(result.score)
 
 
 def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
@@ -37,9 +38,11 @@ def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
             extra = f"  [{node.aggregation}, w {node.weight:.2f}]"
             if node.kind == "article":
                 c = node.counts()
+                flagged = sum(1 for i in node.items() if injection_suspected(i))
                 extra = (
                     f"  ({c['pass']}/{sum(c.values())} pass"
                     + (f", {c['error']} error" if c["error"] else "")
+                    + (f", {flagged} injection suspected" if flagged else "")
                     + ")"
                 )
             label = prefix + branch + node.key + extra
@@ -75,8 +78,13 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
             ]
             if crit:
                 tr.write_line(
-                    f"critical findings: {', '.join(leaf.key for leaf in crit[:10])}"
-                    + (f" (+{len(crit) - 10} more)" if len(crit) > 10 else ""),
+                    f"critical findings: {named([leaf.key for leaf in crit])}",
+                    red=True,
+                )
+            if gate.injection_suspected:
+                tr.write_line(
+                    "injection suspected (answers that try to steer their judge): "
+                    + named(gate.injection_suspected),
                     red=True,
                 )
         from ._output import cost_totals
@@ -87,6 +95,7 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
             tr.write_line(
                 f"tokens: {cost['prompt_tokens']} in, {cost['completion_tokens']} out; cost {usd}"
             )
+        _write_cache_line(tr, list(outcome.bucket.records.values()))
         for note in gate.notes:
             tr.write_line(f"note: {note}", yellow=True)
         if gate.passed:
@@ -183,6 +192,38 @@ def write_calibration(tr: Any, state: AgentevalState) -> None:
             tr.write_line(f"evidence chain head: {outcome.head}")
 
 
+def _cache_statuses(result: Any) -> list[tuple[str, bool]]:
+    """(cache_status, authenticated) of every judge grade in a record's result."""
+    if not isinstance(result, dict):
+        return []
+    meta = result.get("meta") or {}
+    out = []
+    if isinstance(meta, dict) and meta.get("cache_status"):
+        out.append((str(meta["cache_status"]), bool(meta.get("cache_authenticated"))))
+    for child in result.get("children") or ():
+        out += _cache_statuses(child)
+    return out
+
+
+def _write_cache_line(tr: Any, records: list[Any]) -> None:
+    """How many grades the judge cache served, and how many entries it refused."""
+    statuses = [s for r in records if isinstance(r, dict) for s in _cache_statuses(r.get("result"))]
+    if not statuses:
+        return
+    count = {k: sum(1 for s, _ in statuses if s == k) for k in ("hit", "miss", "rejected")}
+    auth = "authenticated" if all(a for _, a in statuses) else "unauthenticated"
+    tr.write_line(
+        f"judge cache ({auth}): {count['hit']} of {len(statuses)} grades from the cache"
+        + (f", {count['rejected']} entries rejected" if count["rejected"] else "")
+    )
+    if count["rejected"]:
+        tr.write_line(
+            f"warning: {count['rejected']} judge-cache entries failed verification or "
+            "authentication and were graded again (cache_error in results.jsonl)",
+            yellow=True,
+        )
+
+
 def _shown(path: Any, state: AgentevalState) -> str:
     """The run directory relative to where pytest was started, when it is below it."""
     try:
@@ -202,13 +243,20 @@ def failure_text(item: ScenarioItem) -> str:
     run = item.run
     result: EvalResult = run.result
     bands = item.article.bands
+    score = "-" if result.score is None else format_score(result.score)
     lines = [
         f"{item.family.name} ▸ {item.article.meta.pillar} ▸ {item.article.control_id} ▸ {item.scenario.id}",
-        f"verdict FAIL  score {result.score:.2f}  (pass ≥ {bands.pass_:.2f}, warn ≥ {bands.warn:.2f})"
-        f"  severity {result.severity}",
+        f"verdict FAIL  score {score}  (pass ≥ {format_score(bands.pass_)}, "
+        f"warn ≥ {format_score(bands.warn)})  severity {result.severity}",
         f"judge: {result.meta.get('judge', '?')}",
-        "criteria:",
     ]
+    if injection_suspected(result):
+        why = result.meta.get("injection_reasons")
+        lines.append(
+            "injection suspected: this answer tries to steer its judge"
+            + (f" ({'; '.join(map(str, why))})" if isinstance(why, list) and why else "")
+        )
+    lines.append("criteria:")
     for c in result.criteria:
         mark = {True: "✓ met   ", False: "✗ missed", None: "· n/a   "}[c.met]
         lines.append(f"  {mark} {c.criterion}")
@@ -216,7 +264,8 @@ def failure_text(item: ScenarioItem) -> str:
             lines.append(f"             {c.reasoning}")
     if result.reasoning:
         lines.append(f"summary: {result.reasoning}")
-    answer = run.answer or ""
+    # redacted before it is cut, so a key across the cut cannot leave its first half
+    answer = item.config.stash[STATE].redactor.text(run.answer or "")
     shown = answer if len(answer) <= 600 else answer[:600] + f"… [{len(answer) - 600} more chars]"
     lines.append("answer: " + shown.replace("\n", "\n        "))
     return item.config.stash[STATE].redactor.text("\n".join(lines))

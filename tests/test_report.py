@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from pytest_agenteval._report import (
     MARKDOWN_BUDGET,
     build_view,
     clean_text,
+    fmt_score,
     render_html,
     render_markdown,
 )
@@ -727,3 +729,111 @@ def test_screenshot_renders_a_png(tmp_path: Path) -> None:
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
+
+
+# --------------------------------------------------------------------------- injection, scores, counts
+
+
+def _flag(record: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
+    result = dict(record["result"])
+    result["meta"] = {**result["meta"], "injection_suspected": True, "injection_reasons": reasons}
+    return {**record, "result": result}
+
+
+def test_injection_suspected_items_are_listed_whatever_their_verdict() -> None:
+    summary, records = make_run()
+    # demo-002 PASSED: a steered pass must not be silent
+    records = [
+        _flag(r, ["addresses the grader: 'ignore the rubric'"])
+        if r["scenario_id"] == "demo-002"
+        else r
+        for r in records
+    ]
+    view = build_view(summary, records)
+    assert [sc["id"] for sc in view["injection"]] == ["demo-002"]
+    md = render_markdown(summary, records)
+    section = md.split("### Injection suspected (1)")[1].split("\n### ")[0]
+    assert "`demo-002`" in section and "✅ PASS" in section
+    assert "ignore the rubric" in section
+    assert "| 1 | 1 | 2 | 1 | 1 | 1 | 0 |" in md  # pass warn fail critical injection errors skipped
+    html = render_html(summary, records)
+    doc = parse(html)
+    assert doc.errors == []
+    text = doc.text("injection")
+    assert "demo-002" in text and "ignore the rubric" in text and "PASS" in text
+    assert "Injection suspected (1)" in text
+
+
+def test_a_flag_on_one_judge_of_a_panel_flags_the_item() -> None:
+    summary, records = make_run()
+    panel = [
+        EvalResult("openai#0", "openai", 1.0, "pass", kind="judge").to_dict(),
+        EvalResult(
+            "anthropic#1",
+            "anthropic",
+            1.0,
+            "pass",
+            kind="judge",
+            meta={"injection_suspected": True},
+        ).to_dict(),
+    ]
+    records = [
+        {**r, "result": {**r["result"], "children": panel}} if r["scenario_id"] == "demo-002" else r
+        for r in records
+    ]
+    assert [sc["id"] for sc in build_view(summary, records)["injection"]] == ["demo-002"]
+    unflagged = [{**panel[0]}, {**panel[1], "meta": {}}]
+    records = [
+        {**r, "result": {**r["result"], "children": unflagged}}
+        if r["scenario_id"] == "demo-002"
+        else r
+        for r in records
+    ]
+    assert build_view(summary, records)["injection"] == []
+
+
+def test_no_injection_section_entries_when_nothing_was_flagged(md: str, html: str) -> None:
+    assert "### Injection suspected (0)" in md
+    assert "_No answer was flagged as steering its judge._" in md
+    assert "No answer was flagged as steering its judge." in parse(html).text("injection")
+
+
+def test_report_scores_are_cut_never_rounded_up_across_a_band() -> None:
+    assert fmt_score(0.695) == "0.69"
+    assert fmt_score(0.7) == "0.70"
+    assert fmt_score(None) == "—"
+    summary, records = make_run()
+    summary = {**summary, "score": 0.695, "verdict": "warn"}
+    md = render_markdown(summary, records)
+    assert "| **0.69** | ⚠️ WARN |" in md
+
+
+def test_report_counts_are_per_item() -> None:
+    """A scenario graded per criterion by a panel is one item in every table."""
+    judges = tuple(EvalResult(f"j#{i}", "j", 1.0, "pass", kind="judge") for i in range(3))
+    criteria = tuple(
+        EvalResult(f"criterion-{i}", "c", 1.0, "pass", kind="criterion", children=judges)
+        for i in range(5)
+    )
+    scenarios = tuple(
+        EvalResult(f"s{i}", f"s{i}", 1.0, "pass", kind="scenario", children=criteria)
+        for i in range(4)
+    )
+    article = EvalResult("art", "Art", 1.0, "pass", kind="article", children=scenarios)
+    pillar = EvalResult("p", "P", 1.0, "pass", kind="pillar", children=(article,))
+    root = EvalResult("fam", "Fam", 1.0, "pass", kind="benchmark", children=(pillar,))
+    nodes = node_dict(root)
+    assert nodes["counts"]["pass"] == 4
+    scenario_node = nodes["children"][0]["children"][0]["children"][0]
+    assert scenario_node["children"] == []  # criteria and judges are not summary nodes
+    assert scenario_node["injection_suspected"] is False
+    # one judge of one criterion flagged: the scenario node says so, its article does not
+    flagged_judge = replace(judges[2], meta={"injection_suspected": True})
+    flagged_criterion = replace(criteria[0], children=(*judges[:2], flagged_judge))
+    flagged = replace(scenarios[0], children=(flagged_criterion, *criteria[1:]))
+    assert node_dict(flagged)["injection_suspected"] is True
+    assert "injection_suspected" not in node_dict(article)
+    summary = {"family": "fam", "score": 1.0, "verdict": "pass", "nodes": [nodes], "gate": {}}
+    view = build_view(summary, [])
+    assert view["total"] == 4
+    assert [row["total"] for row in view["table"]] == [4, 4]
