@@ -10,6 +10,12 @@ key names the check and whose value is its argument::
 The vocabulary is a registry (:func:`register_check`), so it grows without
 touching the loader: each entry declares the type of its argument, validated
 when the file is loaded, and a pure function deciding the check on an answer.
+
+``regex`` and ``not_regex`` run on RE2 (the ``google-re2`` package), compiled
+when the file is loaded: matching takes time linear in the answer whatever the
+pattern, so a pattern like ``(a|aa)+$`` cannot hang a run on a long answer.
+RE2 has no backreferences and no lookaround; a pattern using them is a
+collection error naming the file and line.
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter
 from pydantic import ValidationError as _PydanticValidationError
+
+from ._yaml import describe_key, describe_value, format_loc
 
 __all__ = [
     "Answer",
@@ -111,7 +120,7 @@ class Check:
             arg = [c.to_dict() for c in arg]
         elif isinstance(arg, BaseModel):
             arg = arg.model_dump(exclude_none=True)
-        elif isinstance(arg, re.Pattern):
+        elif isinstance(arg, _RE2_PATTERN | re.Pattern):
             arg = arg.pattern
         elif isinstance(arg, tuple):
             arg = list(arg)
@@ -136,7 +145,7 @@ def parse_check(raw: Any) -> Check:
     ((kind, arg),) = raw.items()
     if kind not in _REGISTRY:
         raise CheckSyntaxError(
-            f"unknown check {kind!r} (known: {', '.join(check_names())})", (kind,)
+            f"unknown check {describe_key(kind)} (known: {', '.join(check_names())})", (kind,)
         )
     spec = _REGISTRY[kind]
     if spec.adapter is None:
@@ -145,9 +154,11 @@ def parse_check(raw: Any) -> Check:
         value = spec.adapter.validate_python(arg, strict=True)
     except _PydanticValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
+        where = format_loc(err["loc"])
         raise CheckSyntaxError(
-            f"check {kind!r}: {err['msg']}" + (f" at {where}" if where else "") + f" (got {arg!r})",
+            f"check {kind!r}: {err['msg']}"
+            + (f" at {where}" if where else "")
+            + f" (got {describe_value(err.get('input', arg))})",
             (kind, *err["loc"]),
         ) from None
     if kind in {"regex", "not_regex"}:
@@ -174,13 +185,48 @@ def _parse_nested(kind: str, arg: Any) -> Check | tuple[Check, ...]:
     return tuple(parsed)
 
 
-def _compile(kind: str, pattern: str) -> re.Pattern[str]:
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is reported by us, with file and line
+_RE2_PATTERN: Any = type(re2.compile("", _RE2_OPTIONS))
+
+# What RE2's terse reason most likely means, when the pattern has the Perl construct.
+_UNSUPPORTED = (
+    ("invalid perl operator", re.compile(r"\(\?<?[=!]"), "lookahead and lookbehind"),
+    ("invalid perl operator", re.compile(r"\(\?>"), "atomic groups"),
+    ("invalid escape sequence", re.compile(r"\\[1-9]|\\[gk]<"), "backreferences"),
+    ("invalid perl operator", re.compile(r"\(\?P="), "backreferences"),
+    ("bad repetition operator", re.compile(r"[*+?}][+]"), "possessive quantifiers"),
+)
+_RE2_NOTE = "RE2 syntax: no backreferences or lookaround; linear time"
+
+
+def _compile(kind: str, pattern: str) -> Any:
+    """Compile *pattern* with RE2, or say why not, without repeating the pattern."""
     try:
-        return re.compile(pattern)
-    except re.error as exc:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        raw = exc.args[0] if exc.args else ""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        # RE2 appends the offending part of the pattern after a colon: keep only the reason
+        reason = text.split(":", 1)[0].strip() or "not accepted by RE2"
+        for why, rx, what in _UNSUPPORTED:
+            if reason.startswith(why) and rx.search(pattern):
+                reason = f"{what} are not supported"
+                break
         raise CheckSyntaxError(
-            f"check {kind!r}: invalid regular expression: {exc}", (kind,)
+            f"check {kind!r}: invalid regular expression: {reason} ({_RE2_NOTE})", (kind,)
         ) from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _search(pattern: Any, text: str) -> Any:
+    """RE2 search; lone surrogates (not encodable as UTF-8) become U+FFFD, one for one."""
+    try:
+        return pattern.search(text)
+    except UnicodeEncodeError:
+        return pattern.search(_SURROGATE.sub("\ufffd", text))
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -269,18 +315,18 @@ def _none(answer: Answer, phrases: Sequence[str]) -> CheckOutcome:
 
 
 @register_check("regex", StrictStr)
-def _regex(answer: Answer, pattern: re.Pattern[str]) -> CheckOutcome:
-    """The regular expression matches somewhere (use ``(?i)`` for case-insensitive)."""
-    found = pattern.search(answer.text)
+def _regex(answer: Answer, pattern: Any) -> CheckOutcome:
+    """The RE2 regular expression matches somewhere (use ``(?i)`` for case-insensitive)."""
+    found = _search(pattern, answer.text)
     if found:
         return CheckOutcome(True, f"matches /{pattern.pattern}/ at {found.start()}")
     return CheckOutcome(False, f"does not match /{pattern.pattern}/")
 
 
 @register_check("not_regex", StrictStr)
-def _not_regex(answer: Answer, pattern: re.Pattern[str]) -> CheckOutcome:
-    """The regular expression matches nowhere."""
-    found = pattern.search(answer.text)
+def _not_regex(answer: Answer, pattern: Any) -> CheckOutcome:
+    """The RE2 regular expression matches nowhere."""
+    found = _search(pattern, answer.text)
     if found:
         return CheckOutcome(False, f"matches forbidden /{pattern.pattern}/ at {found.start()}")
     return CheckOutcome(True, f"does not match /{pattern.pattern}/")

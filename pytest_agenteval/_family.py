@@ -24,6 +24,8 @@ from ._evals import (
     Verdict,
     band_verdict,
     combine_results,
+    injection_suspected,
+    round_score,
     score_severity,
     worst_severity,
 )
@@ -37,16 +39,36 @@ from ._spec import (
     PresetSpec,
     Scenario,
 )
-from ._yaml import LineDict, LineList, SpecError, line_of, load_yaml
+from ._spec import Bands as BandsSpec
+from ._yaml import (
+    MAX_BYTES,
+    LineDict,
+    LineList,
+    SpecError,
+    describe_key,
+    describe_value,
+    format_loc,
+    line_of,
+    load_yaml,
+    parse_yaml,
+    read_limited,
+)
 
 BENCHMARK_FILE = "benchmark.yaml"
 DEFAULT_PRESET = "smoke"
+#: The judge prompt goes into every judge call: a system prompt, not a data file.
+MAX_PROMPT_BYTES = 256 * 1024
 
 M = TypeVar("M", bound=BaseModel)
 
 
 def validate(model: type[M], data: Any, path: Path) -> M:
-    """Validate *data* against *model*; errors name every bad place by line."""
+    """Validate *data* against *model*; errors name every bad place by line.
+
+    A message gives the key path and what was wrong — for a wrong type, the
+    type found (:func:`~pytest_agenteval._yaml.describe_value`) — never the
+    value itself: the file may not be a benchmark file at all.
+    """
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -56,24 +78,19 @@ def validate(model: type[M], data: Any, path: Path) -> M:
             loc = tuple(err["loc"])
             line = line_of(data, loc)
             first_line = first_line or line
-            where = ".".join(str(p) for p in loc) or "(top level)"
+            where = format_loc(loc) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = f"unknown key {loc[-1]!r}"
+                msg = f"unknown key {describe_key(loc[-1])}"
             elif err["type"] == "missing":
-                msg = f"missing required key {loc[-1]!r}"
+                msg = f"missing required key {describe_key(loc[-1])}"
             elif "input" in err and err["type"] not in {"value_error", "assertion_error"}:
-                msg += f" (got {_short(err['input'])})"
+                msg += f" (got {describe_value(err['input'])})"
             problems.append((line, f"{where}: {msg}"))
         if len(problems) == 1:
             raise SpecError(path, problems[0][0], problems[0][1]) from None
         detail = "\n".join(f"  line {ln or '?'}: {m}" for ln, m in problems)
         raise SpecError(path, first_line, f"{len(problems)} problems:\n{detail}") from None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _bands(pass_: float | None, warn: float | None, default: Bands) -> Bands:
@@ -144,20 +161,28 @@ def is_family_dir(path: Path) -> bool:
 
 
 def article_paths(root: Path) -> list[Path]:
-    """Article files under a family folder: every YAML file but benchmark.yaml."""
+    """Article files under a family folder: every YAML file but benchmark.yaml.
+
+    Anything named like one that is not a folder is listed — a FIFO, a device,
+    a dangling link — so that loading it reports it instead of skipping it.
+    """
     found = [
         p
         for p in root.rglob("*")
         if p.suffix in {".yaml", ".yml"}
-        and p.is_file()
+        and not p.is_dir()
         and p.name != BENCHMARK_FILE
         and not any(part.startswith(".") for part in p.relative_to(root).parts)
     ]
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def load_article(path: Path, default_bands: Bands) -> Article:
-    data = load_yaml(path)
+def load_article(
+    path: Path, default_bands: Bands, *, within: Sequence[Path] | None = None
+) -> Article:
+    """Load one article file; with *within*, it must resolve inside one of those folders."""
+    raw = read_limited(path, MAX_BYTES, within=within)
+    data = parse_yaml(raw, path)
     parsed = validate(ArticleFile, data, path)
     scen_data = data.get("scenarios") if isinstance(data, LineDict) else None
     lines: dict[str, int] = {}
@@ -184,24 +209,30 @@ def load_article(path: Path, default_bands: Bands) -> Article:
         scenarios=tuple(parsed.scenarios),
         lines=lines,
         bands=_bands(meta.pass_threshold, meta.warn_threshold, default_bands),
-        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        sha256=hashlib.sha256(raw).hexdigest(),  # of the bytes validated, not a second read
     )
 
 
-def load_family(root: Path) -> Family:
-    """Load and cross-check a family folder. Article-level errors are kept per file."""
+def load_family(root: Path, *, project_root: Path | None = None) -> Family:
+    """Load and cross-check a family folder. Article-level errors are kept per file.
+
+    Every file read must resolve inside the family folder (or inside
+    *project_root*, the rootdir, when given): a symbolic link leading elsewhere
+    is refused with an error naming the link, and never read.
+    """
+    bases = (root,) if project_root is None else (root, project_root)
     bench_path = root / BENCHMARK_FILE
-    data = load_yaml(bench_path)
+    data = load_yaml(bench_path, within=bases)
     spec = validate(BenchmarkSpec, data, bench_path)
     _check_pillars(spec, data, bench_path)
-    prompt_text, prompt_path = _judge_prompt(spec, data, root, bench_path)
+    prompt_text, prompt_path = _judge_prompt(spec, data, root, bench_path, bases)
     default = _spec_bands(spec.bands, Bands())
 
     articles: list[Article] = []
     errors: dict[Path, SpecError] = {}
     for path in article_paths(root):
         try:
-            articles.append(load_article(path, default))
+            articles.append(load_article(path, default, within=bases))
         except SpecError as exc:
             errors[path] = exc
     family = Family(
@@ -219,7 +250,13 @@ def load_family(root: Path) -> Family:
 
 
 def load_single_article(path: Path) -> Family:
-    """An article file run on its own: a one-article, one-pillar family."""
+    """An article file run on its own: a one-article, one-pillar family.
+
+    The levels above the article judge with the article's own bands (its
+    ``pass_threshold``/``warn_threshold``), so the run's verdict is the
+    article's; the gate is :class:`GateSpec`'s defaults (no errored item, no
+    failed critical scenario, no injection suspected).
+    """
     article = load_article(path, Bands())
     pillar = PillarSpec(key=article.meta.pillar, title=article.meta.pillar, weight=1.0)
     name = path.stem
@@ -229,7 +266,7 @@ def load_single_article(path: Path) -> Family:
         version="1",
         description="",
         judge_prompt=None,
-        bands=BenchmarkSpec.model_fields["bands"].get_default(call_default_factory=True),
+        bands=BandsSpec.model_validate({"pass": article.bands.pass_, "warn": article.bands.warn}),
         aggregation="weighted_sum",
         gate=GateSpec(),
         pillars=[pillar],
@@ -268,22 +305,30 @@ def _check_pillars(spec: BenchmarkSpec, data: Any, path: Path) -> None:
 
 
 def _judge_prompt(
-    spec: BenchmarkSpec, data: Any, root: Path, path: Path
+    spec: BenchmarkSpec, data: Any, root: Path, path: Path, bases: Sequence[Path]
 ) -> tuple[str | None, Path | None]:
     if spec.judge_prompt is None:
         return None, None
-    prompt_path = (root / spec.judge_prompt).resolve()
-    if not prompt_path.is_relative_to(root.resolve()):
-        raise SpecError(
-            path, _key_line(data, "judge_prompt"), "judge_prompt must stay inside the family folder"
-        )
+    line = _key_line(data, "judge_prompt")
     try:
-        return prompt_path.read_text(encoding="utf-8"), prompt_path
-    except OSError:
+        prompt_path = (root / spec.judge_prompt).resolve()
+    except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13)
+        raise SpecError(path, line, "judge_prompt is a loop of symbolic links") from None
+    if not any(prompt_path.is_relative_to(base.resolve()) for base in bases):
+        where = "the family folder" if len(bases) < 2 else "the family folder or the project"
+        raise SpecError(path, line, f"judge_prompt must stay inside {where}")
+    if not prompt_path.exists():
+        raise SpecError(path, line, f"judge prompt file {spec.judge_prompt!r} not found")
+    try:
+        raw = read_limited(prompt_path, MAX_PROMPT_BYTES)
+        return raw.decode("utf-8"), prompt_path
+    except SpecError as exc:
         raise SpecError(
-            path,
-            _key_line(data, "judge_prompt"),
-            f"judge prompt file {spec.judge_prompt!r} not found",
+            path, line, f"judge prompt file {spec.judge_prompt!r}: {exc.message}"
+        ) from None
+    except UnicodeDecodeError:
+        raise SpecError(
+            path, line, f"judge prompt file {spec.judge_prompt!r} is not UTF-8"
         ) from None
 
 
@@ -632,8 +677,10 @@ def combine_samples(
 
     score = mean of the graded samples; ``score_std`` is their sample
     standard deviation (n − 1); the verdict comes from the mean by the
-    article's bands. Errored samples do not count but stay visible as
-    children; no graded sample at all is an error (or skipped).
+    article's bands. Each sample stays an item of its own (see
+    :meth:`EvalResult.items`); one flagged sample flags the scenario. Errored
+    samples do not count but stay visible as children; no graded sample at
+    all is an error (or skipped).
     """
     if isinstance(runs, EvalResult):
         return runs
@@ -643,6 +690,8 @@ def combine_samples(
     children = tuple(replace(r, key=f"{r.key}#s{i + 1}", kind="sample") for i, r in enumerate(runs))
     graded = [r.score for r in runs if r.graded and r.score is not None]
     meta = {**dict(first.meta), "samples": len(runs), "graded_samples": len(graded)}
+    if any(injection_suspected(r) for r in runs):  # the first sample's flag is not the scenario's
+        meta["injection_suspected"] = True
     if not graded:
         none_graded: Verdict = "error" if any(r.verdict == "error" for r in runs) else "skipped"
         return replace(
@@ -656,7 +705,7 @@ def combine_samples(
             error=f"no sample of {len(runs)} could be graded" if none_graded == "error" else None,
         )
     mean = math.fsum(graded) / len(graded)
-    meta["score_std"] = statistics.stdev(graded) if len(graded) > 1 else 0.0
+    meta["score_std"] = round_score(statistics.stdev(graded)) if len(graded) > 1 else 0.0
     verdict = band_verdict(mean, bands)
     sev = worst_severity(severity, score_severity(mean)) if verdict == "fail" else None
     return replace(

@@ -6,7 +6,11 @@ labels and provenance) and AgentEval's camelCase one, unchanged (an entry
 without ``split`` counts as calibration data). Every problem — a broken
 line, an unknown verdict, a band outside [0, 1] or upside down, an unknown
 article, a duplicate id — is a :class:`SpecError` naming file and line,
-raised before any judge is called.
+raised before any judge is called. The file is read within
+:data:`MAX_GOLDEN_BYTES` (size checked before reading; FIFOs and devices
+refused), a line nested deeper than :data:`~pytest_agenteval._yaml.MAX_DEPTH`
+is refused (the parser's own recursion limit stops one nested thousands
+deep), and messages name keys and types, never the file's text.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from pydantic import (
     model_validator,
 )
 
-from ._yaml import SpecError, read_limited
+from ._yaml import (
+    MAX_DEPTH,
+    SpecError,
+    describe_key,
+    describe_value,
+    format_loc,
+    read_limited,
+)
 
 MAX_GOLDEN_BYTES = 16 * 1024 * 1024
 VERDICTS = ("pass", "warn", "fail")
@@ -138,7 +149,7 @@ def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key {describe_key(key)}")
         out[key] = value
     return out
 
@@ -147,9 +158,27 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON here")
 
 
-def load_golden(path: Path) -> GoldenFile:
-    """Parse and validate one golden file (no cross-file or family checks)."""
-    raw = read_limited(path, MAX_GOLDEN_BYTES)
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether arrays and objects in *value* nest more than *limit* levels (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if not isinstance(item, dict | list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def load_golden(path: Path, *, within: Iterable[Path] | None = None) -> GoldenFile:
+    """Parse and validate one golden file (no cross-file or family checks).
+
+    With *within*, a golden file reached through a symbolic link must resolve
+    inside one of those folders.
+    """
+    raw = read_limited(path, MAX_GOLDEN_BYTES, within=within)
     golden = GoldenFile(path)
     seen: dict[str, int] = {}
     for number, line in enumerate(raw.split(b"\n"), start=1):
@@ -161,8 +190,15 @@ def load_golden(path: Path) -> GoldenFile:
             )
         except UnicodeDecodeError:
             raise SpecError(path, number, "not UTF-8") from None
+        except RecursionError:
+            raise SpecError(
+                path, number, f"JSON nested more than {MAX_DEPTH} levels deep"
+            ) from None
         except ValueError as exc:
+            # json's messages give the position, never the text ("Expecting ',' delimiter: ...")
             raise SpecError(path, number, f"broken JSON line: {exc}") from None
+        if line.count(b"[") + line.count(b"{") > MAX_DEPTH and _too_deep(obj):
+            raise SpecError(path, number, f"JSON nested more than {MAX_DEPTH} levels deep")
         if not isinstance(obj, dict):
             raise SpecError(path, number, "each line must be a JSON object")
         fmt = "agenteval-pytest"
@@ -173,14 +209,14 @@ def load_golden(path: Path) -> GoldenFile:
             entry = _Entry.model_validate(obj)
         except ValidationError as exc:
             err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
+            where = format_loc(err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = f"unknown key {where!r}"
             elif err["type"] == "missing":
                 msg = f"missing key {where!r}"
-            elif err["type"] == "literal_error":
-                msg = f"{where}: {msg} (got {err.get('input')!r})"
+            elif err["type"] not in {"value_error", "assertion_error"} and "input" in err:
+                msg = f"{where}: {msg} (got {describe_value(err['input'])})"
             elif where:
                 msg = f"{where}: {msg}"
             raise SpecError(path, number, msg) from None

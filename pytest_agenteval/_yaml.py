@@ -1,24 +1,38 @@
-"""Safe YAML loading that remembers where every value came from.
+"""Safe, bounded YAML loading that remembers where every value came from.
 
 Benchmark files are input from people and from other repositories, so they
-are loaded with PyYAML's *safe* constructors only, plus three refusals the
-stock ``yaml.safe_load`` does not make:
+are loaded with PyYAML's *safe* constructors only, plus refusals the stock
+``yaml.safe_load`` does not make:
 
 * duplicate keys in a mapping (PyYAML silently keeps the last one);
 * YAML 1.1 surprises: ``yes``/``no``/``on``/``off`` stay strings (only
   ``true``/``false`` are booleans) and ``012`` is refused as an ambiguous
   octal instead of becoming 10;
-* resource abuse: files over :data:`MAX_BYTES` and more than
-  :data:`MAX_ALIASES` aliases (the "billion laughs" shape).
+* resource abuse, each refused with ``file:line`` before any value is built:
+  files over :data:`MAX_BYTES` (checked on the open file before reading),
+  anything but a regular file (a FIFO, a device), more than
+  :data:`MAX_ALIASES` aliases, a document whose *expanded* size — every alias
+  counted with the whole subtree it stands for, each time it is used — is over
+  :data:`MAX_NODES` values or :data:`MAX_CHARS` characters (the "billion
+  laughs" shape, even with few aliases), recursive aliases, and nesting deeper
+  than :data:`MAX_DEPTH`.
 
 Every mapping and sequence comes back as :class:`LineDict` / :class:`LineList`,
 which record the 1-based line of each key or element, so that a validation
 error found later (by pydantic) can name ``file:line``.
+
+Error messages never repeat a file's content: a file that is not a benchmark
+at all (a secret behind a symlink, say) must not end up in a CI log. They give
+the place, the key and, for a value of the wrong type, its type
+(:func:`describe_value`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +42,18 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_BYTES = 2 * 1024 * 1024
 MAX_ALIASES = 64
+#: Values (scalars, mappings, sequences) in a document once aliases are expanded.
+MAX_NODES = 200_000
+#: Characters of scalar text in a document once aliases are expanded.
+MAX_CHARS = 4 * MAX_BYTES
+#: Nesting depth of mappings and sequences (YAML here; JSON in golden files).
+MAX_DEPTH = 64
 
 _OCTALISH = re.compile(r"^[-+]?0[0-9_]+$")
+# A quoted fragment in PyYAML's own messages: one character or a token name
+# ('<block end>') is kept; anything longer is text from the file (a tag, an
+# anchor, a directive) and is not repeated.
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 
 class SpecError(Exception):
@@ -60,26 +84,217 @@ class LineList(list):
     item_lines: list[int]
 
 
+# --------------------------------------------------------------------------- messages
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """*text* cut to *limit* characters, with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_key(key: Any) -> str:
+    """A mapping key for an error message: quoted, and short."""
+    return clip(repr(key)) if isinstance(key, str) else describe_value(key)
+
+
+def describe_value(value: Any) -> str:
+    """What a value *is*, for an error message, without repeating text from the file.
+
+    Numbers and booleans are shown when short (``1.5``, ``true``); strings,
+    mappings and lists only by their type.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 64 else "a long number"
+    if isinstance(value, str):
+        return "an empty string" if not value else "a string"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a value of type {type(value).__name__}"
+
+
+def format_loc(loc: Iterable[int | str]) -> str:
+    """A pydantic error location as a dotted key path (long keys cut)."""
+    return ".".join(clip(str(part), 40) for part in loc)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def check_inside(path: Path, bases: Iterable[Path], what: str | None = None) -> None:
+    """Refuse *path* when it resolves (through symbolic links) outside every one of *bases*."""
+    bases = list(bases)
+    if what is None:
+        what = "the family folder" if len(bases) < 2 else "the family folder and the project"
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13)
+        raise SpecError(path, None, "refused: a loop of symbolic links") from None
+    for base in bases:
+        if target.is_relative_to(base.resolve()):
+            return
+    raise SpecError(
+        path,
+        None,
+        f"refused: a symbolic link that leads outside {what}; "
+        "links in a benchmark or golden folder must stay inside it",
+    )
+
+
+def read_limited(path: Path, limit: int, *, within: Iterable[Path] | None = None) -> bytes:
+    """The bytes of *path*, refused (as a :class:`SpecError`) unless a small regular file.
+
+    The size is taken from the opened file before anything is read, and no
+    more than ``limit + 1`` bytes are read whatever it said (a file that grows
+    meanwhile is still refused). FIFOs and devices are refused without being
+    read, and the file is opened non-blocking, so a FIFO cannot hang the
+    caller. With *within*, the file must resolve inside one of those folders.
+    """
+    if within is not None:
+        check_inside(path, within)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise SpecError(path, None, f"cannot read: {exc.strerror or type(exc).__name__}") from None
+    if not stat.S_ISREG(mode):
+        raise SpecError(path, None, f"refused: {_kind(mode)}, not a regular file")
+    flags = os.O_RDONLY
+    for name in ("O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC", "O_BINARY"):
+        flags |= getattr(os, name, 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise SpecError(path, None, f"cannot read: {exc.strerror or type(exc).__name__}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped since the stat above
+            raise SpecError(path, None, f"refused: {_kind(info.st_mode)}, not a regular file")
+        if info.st_size > limit:
+            raise SpecError(path, None, f"file is {info.st_size} bytes; the limit is {limit}")
+        chunks: list[bytes] = []
+        wanted = limit + 1
+        while wanted > 0:
+            chunk = os.read(fd, min(wanted, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            wanted -= len(chunk)
+    except OSError as exc:
+        raise SpecError(path, None, f"cannot read: {exc.strerror or type(exc).__name__}") from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > limit:
+        raise SpecError(path, None, f"file grew past the limit of {limit} bytes while read")
+    return raw
+
+
+# --------------------------------------------------------------------------- the loader
+
+
+class _Refusal(ConstructorError):
+    """One of our own refusals: its message names only a key, a line or a limit."""
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with line tracking, duplicate-key and alias refusal."""
+    """SafeLoader with line tracking, duplicate-key refusal and expansion limits."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._aliases = 0
+        self._depth = 0
+        self._nodes = 0
+        self._chars = 0
+        # expanded (values, characters, height) of every finished node; an alias adds its target's
+        self._sizes: dict[Node, tuple[int, int, int]] = {}
+
+    def _grow(self, nodes: int, chars: int, event: Any) -> None:
+        self._nodes += nodes
+        self._chars += chars
+        if self._nodes > MAX_NODES or self._chars > MAX_CHARS:
+            what = (
+                f"{MAX_NODES} values"
+                if self._nodes > MAX_NODES
+                else f"{MAX_CHARS} characters of text"
+            )
+            raise _Refusal(
+                None,
+                None,
+                f"the document expands to more than {what} once aliases are expanded "
+                "(an alias bomb?)",
+                event.start_mark,
+            )
 
     def compose_node(self, parent: Node | None, index: object) -> Node | None:
         if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                event = self.peek_event()
-                raise ConstructorError(
+                raise _Refusal(
                     None, None, f"more than {MAX_ALIASES} aliases (alias bomb?)", event.start_mark
                 )
-        return super().compose_node(parent, index)  # type: ignore[arg-type]
+            target = super().compose_node(parent, index)  # type: ignore[arg-type]
+            size = self._sizes.get(target) if target is not None else None
+            if size is None:
+                raise _Refusal(
+                    None,
+                    None,
+                    "recursive alias: it refers to a value that contains it",
+                    event.start_mark,
+                )
+            nodes, chars, height = size
+            if self._depth + height > MAX_DEPTH:
+                raise _Refusal(
+                    None,
+                    None,
+                    f"nested more than {MAX_DEPTH} levels deep once aliases are expanded",
+                    event.start_mark,
+                )
+            self._grow(nodes, chars, event)
+            return target
+        event = self.peek_event()
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise _Refusal(
+                None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark
+            )
+        before = (self._nodes, self._chars)
+        try:
+            node = super().compose_node(parent, index)  # type: ignore[arg-type]
+        finally:
+            self._depth -= 1
+        if node is not None:
+            text = len(node.value) if isinstance(node, ScalarNode) else 0
+            self._grow(1, text, event)
+            self._sizes[node] = (
+                self._nodes - before[0],
+                self._chars - before[1],
+                1 + max((self._sizes[child][2] for child in _children(node)), default=0),
+            )
+        return node
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> LineDict:
         if not isinstance(node, MappingNode):
-            raise ConstructorError(None, None, "expected a mapping", node.start_mark)
+            raise _Refusal(None, None, "expected a mapping", node.start_mark)
         self.flatten_mapping(node)
         result = LineDict()
         result.line = node.start_mark.line + 1
@@ -87,14 +302,17 @@ class _Loader(yaml.SafeLoader):
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise ConstructorError(
-                    None, None, f"unsupported mapping key {key!r}", key_node.start_mark
+                raise _Refusal(
+                    None,
+                    None,
+                    f"unsupported mapping key: {describe_value(key)}",
+                    key_node.start_mark,
                 )
             if key in result:
-                raise ConstructorError(
+                raise _Refusal(
                     None,
                     None,
-                    f"duplicate key {key!r} (first on line {result.key_lines[key]})",
+                    f"duplicate key {describe_key(key)} (first on line {result.key_lines[key]})",
                     key_node.start_mark,
                 )
             result[key] = self.construct_object(value_node, deep=True)
@@ -103,7 +321,7 @@ class _Loader(yaml.SafeLoader):
 
     def construct_sequence(self, node: SequenceNode, deep: bool = False) -> LineList:
         if not isinstance(node, SequenceNode):
-            raise ConstructorError(None, None, "expected a sequence", node.start_mark)
+            raise _Refusal(None, None, "expected a sequence", node.start_mark)
         result = LineList(self.construct_object(child, deep=True) for child in node.value)
         result.line = node.start_mark.line + 1
         result.item_lines = [child.start_mark.line + 1 for child in node.value]
@@ -112,14 +330,27 @@ class _Loader(yaml.SafeLoader):
     def construct_yaml_int(self, node: ScalarNode) -> int:
         text = str(self.construct_scalar(node))
         if _OCTALISH.match(text) and text.lstrip("+-") not in {"0"}:
-            raise ConstructorError(
+            raise _Refusal(
                 None,
                 None,
-                f"ambiguous number {text!r}: YAML 1.1 reads a leading zero as octal; "
-                "quote it or drop the zero",
+                f"ambiguous number {clip(repr(text), 24)}: YAML 1.1 reads a leading zero as "
+                "octal; quote it or drop the zero",
                 node.start_mark,
             )
-        return int(super().construct_yaml_int(node))
+        try:
+            return int(super().construct_yaml_int(node))
+        except ValueError:  # more digits than Python converts
+            raise _Refusal(
+                None, None, f"number too long ({len(text)} characters)", node.start_mark
+            ) from None
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _construct_map(loader: _Loader, node: MappingNode) -> LineDict:
@@ -146,38 +377,64 @@ _Loader.add_implicit_resolver(
 )
 
 
-def read_limited(path: Path, limit: int) -> bytes:
-    """The bytes of *path*, refused (as a :class:`SpecError`) when unreadable or over *limit*."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(path, None, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > limit:
-        raise SpecError(path, None, f"file is {len(raw)} bytes; the limit is {limit}")
-    return raw
-
-
-def load_yaml(path: Path) -> Any:
-    """Load one YAML document from *path* safely, raising :class:`SpecError`."""
-    raw = read_limited(path, MAX_BYTES)
+def parse_yaml(raw: bytes, path: Path) -> Any:
+    """Parse one YAML document from *raw* (the bytes of *path*), raising :class:`SpecError`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    loader = _Loader(text)
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(path, line, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)
         return loader.get_single_data()
+    except _Refusal as exc:
+        mark = exc.problem_mark
+        raise SpecError(path, mark.line + 1 if mark else None, exc.problem or "refused") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc)
-        if "could not determine a constructor" in problem:
-            problem = f"tag not allowed in benchmark files {problem.split('tag', 1)[-1].strip()}"
-        raise SpecError(path, line, problem) from None
+        where = mark.line + 1 if mark is not None else None
+        raise SpecError(path, where, _yaml_problem(exc)) from None
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        char = exc.character if isinstance(exc.character, int) else 0
+        raise SpecError(path, line, f"character #x{char:04x} is not allowed in YAML") from None
     except yaml.YAMLError as exc:
-        raise SpecError(path, None, str(exc)) from None
+        raise SpecError(path, None, f"invalid YAML ({type(exc).__name__})") from None
+    except RecursionError:
+        raise SpecError(path, None, f"nested more than {MAX_DEPTH} levels deep") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _scrub(message: str) -> str:
+    """PyYAML's *message* with quoted text from the file left out (see :data:`_QUOTED`)."""
+
+    def keep(match: re.Match[str]) -> str:
+        inner = match.group(0)[1:-1]
+        return match.group(0) if len(inner) <= 2 or inner[:1] + inner[-1:] == "<>" else "…"
+
+    return _QUOTED.sub(keep, message)
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    """What PyYAML found wrong, in its words, without repeating the file's text."""
+    problem = exc.problem or "invalid YAML"
+    if "could not determine a constructor" in problem:
+        python = "tag:yaml.org,2002:python/" in problem
+        return "tag not allowed in benchmark files" + (" (!!python/…)" if python else "")
+    if exc.context and exc.context_mark is not None and problem == "second occurrence":
+        # "found duplicate anchor 'x'; first occurrence" / "second occurrence"
+        return f"found duplicate anchor (first on line {exc.context_mark.line + 1})"
+    if exc.context:
+        problem = f"{exc.context}: {problem}"
+    return clip(_scrub(problem), 160)
+
+
+def load_yaml(path: Path, *, within: Iterable[Path] | None = None) -> Any:
+    """Load one YAML document from *path* safely and within limits, raising :class:`SpecError`."""
+    return parse_yaml(read_limited(path, MAX_BYTES, within=within), path)
 
 
 def line_of(data: Any, loc: tuple[int | str, ...]) -> int | None:
