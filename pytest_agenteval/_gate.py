@@ -128,10 +128,10 @@ def decide_gate(plan: Plan, tree: EvalResult | None, *, interrupted: bool = Fals
         return GateOutcome(False, ["nothing was graded"])
     counts = tree.counts()
     bands = plan.root_bands
-    if tree.verdict == "error" or tree.score is None:
-        reasons.append("no item could be graded (all errored)")
-    elif tree.verdict == "skipped":
+    if tree.verdict == "skipped":
         reasons.append("nothing was graded (every item skipped)")
+    elif tree.verdict == "error" or tree.score is None:
+        reasons.append("no item could be graded (all errored)")
     else:
         if tree.verdict == "fail":
             score, warn = shown_apart(tree.score, bands.warn)

@@ -121,7 +121,9 @@ class RunPlugin:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from ._terminal import write_calibration, write_condition_comparison, write_summary
+        from ._text import SafeTerminal
 
+        terminalreporter = SafeTerminal(terminalreporter)
         if self.state.outcomes:
             write_summary(terminalreporter, self.state)
             write_condition_comparison(terminalreporter, self.state)

@@ -42,6 +42,7 @@ from ._output import RunRecorder
 from ._redact import Redactor
 from ._scheduler import Scheduler, upcoming_items
 from ._subjects import describe
+from ._text import terminal_safe
 from ._tracebacks import describe_exception
 from ._yaml import SpecError
 
@@ -267,8 +268,8 @@ def _selects_calibration(markexpr: str) -> bool:
                 name = tok.split("(", 1)[0]
                 on = marked if name == "calibration" else name in present
                 words.append("True" if on else "False")
-        try:
-            return bool(eval(" ".join(words), {"__builtins__": {}}, {}))  # noqa: S307 - only and/or/not/True/False/()
+        try:  # the words are only and/or/not/True/False/parentheses, built above
+            return bool(eval(" ".join(words), {"__builtins__": {}}, {}))
         except SyntaxError:
             return False
 
@@ -707,7 +708,7 @@ class AgentevalState:
             text = f"fixture lookup failed: {_first_line(str(exc))}"
         else:
             text = describe_exception(exc, Path(self.config.rootpath))
-        return self.redactor.text(text)
+        return terminal_safe(self.redactor.text(text))
 
     def error_payload_for(self, item: ScenarioItem, message: str) -> dict[str, Any]:
         """The record of an item that errored before any grade (so nothing is lost)."""
@@ -980,8 +981,8 @@ class AgentevalState:
             summary = summary_dict(outcome, self.judge_specs or ["rules"], ended)
             recorder.write_json("summary.json", summary)
             self._write_reports(recorder, plan, bucket, summary, interrupted)
-            graded_items = sum(len(runs) for runs in bucket.leaves.values())
-            not_evaluated = max(0, plan.scenario_count() * plan.samples - graded_items)
+            # the same number the gate names: items with no grade (errors, lost, not run)
+            not_evaluated = tree.counts()["error"] if tree is not None else 0
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
         for cal in self.calibration.values():
             self.calibration_outcomes.append(self._finish_calibration(cal, interrupted))

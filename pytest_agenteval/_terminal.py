@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ._collect import STATE
 from ._evals import EvalResult, format_score, injection_suspected
 from ._gate import named
+from ._text import terminal_safe
 
 if TYPE_CHECKING:
     from ._collect import ScenarioItem
@@ -268,4 +269,4 @@ def failure_text(item: ScenarioItem) -> str:
     answer = item.config.stash[STATE].redactor.text(run.answer or "")
     shown = answer if len(answer) <= 600 else answer[:600] + f"… [{len(answer) - 600} more chars]"
     lines.append("answer: " + shown.replace("\n", "\n        "))
-    return item.config.stash[STATE].redactor.text("\n".join(lines))
+    return terminal_safe(item.config.stash[STATE].redactor.text("\n".join(lines)))

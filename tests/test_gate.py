@@ -581,3 +581,16 @@ def test_the_critical_gate_is_the_same_under_xdist(
     data = summary(fixed)
     assert data["gate"]["critical_failures"] == ["eu-ai-act-art5-005"]
     assert data["items"]["passed"] == 19 and data["items"]["failed"] == 1
+
+
+def test_all_skipped_says_skipped_and_all_errored_says_errored(family_dir: Path) -> None:
+    plan = plan_of(family_dir)
+    skipped = {
+        sid: EvalResult(sid, sid, None, "skipped", kind="scenario", reasoning="needs an LLM")
+        for sid in IDS
+    }
+    outcome = decide_gate(plan, build_tree(plan, skipped))
+    assert not outcome.passed
+    assert outcome.reasons == ["nothing was graded (every item skipped)"]
+    errored = gate_for(plan, dict.fromkeys(IDS, None))
+    assert errored.reasons[0] == "no item could be graded (all errored)"

@@ -9,6 +9,8 @@ results.jsonl, JUnit and the gate — never dropped, never a pass.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -58,6 +60,8 @@ def assert_all_errored(pytester: pytest.Pytester, needle: str) -> None:
     summary = json.loads((run_dir(pytester) / "summary.json").read_text())
     assert summary["gate"]["passed"] is False
     assert summary["items"]["errors"] == N_SMOKE
+    manifest = json.loads((run_dir(pytester) / "manifest.json").read_text())
+    assert manifest["completion"]["not_evaluated"] == N_SMOKE  # the gate's own count
 
 
 RAISING_FIXTURE = """\
@@ -371,3 +375,42 @@ def test_which_marker_expressions_ask_for_calibration(expr: str, selects: bool) 
     from pytest_agenteval._session import _selects_calibration
 
     assert _selects_calibration(expr) is selects
+
+
+def test_control_sequences_in_an_answer_are_escaped_on_the_terminal(
+    pytester: pytest.Pytester,
+) -> None:
+    """A window-title/colour escape, NUL, CR and a bidi override never reach the terminal raw."""
+    family(
+        pytester,
+        """\
+import pytest
+
+HOSTILE = "sure\\x1b]0;pwned\\x07\\x1b[31mred\\x00nul\\rover\\u202eevil\\x9bcsi"
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    def agent(prompt):
+        if "hello" in prompt:
+            raise RuntimeError(HOSTILE)
+        return HOSTILE
+    return agent
+""",
+    )
+    # raw bytes: pytester's captured lines are split with str.splitlines, which eats \r
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--bench=demo", "-rA", "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        capture_output=True,
+        timeout=120,
+    )
+    raw = (proc.stdout + proc.stderr).decode("utf-8", "surrogateescape")
+    assert "demo-refuse-001" in raw and "gate: FAILED" in raw
+    for char in ("\x1b", "\x07", "\x00", "\r", "\u202e", "\x9b"):
+        assert char not in raw, repr(char)
+    assert "\\x1b]0;pwned\\x07" in raw and "\\u202e" in raw  # shown, escaped
+    # the evidence keeps the exact answer
+    answers = {r["scenario_id"]: r["answer"] for r in records(pytester)}
+    assert answers["demo-refuse-001"] == (
+        "sure\x1b]0;pwned\x07\x1b[31mred\x00nul\rover\u202eevil\x9bcsi"
+    )
