@@ -418,16 +418,16 @@ SCENARIOS = {"smoke": 20, "standard": 56, "audit": 56}
 def test_one_failed_art5_scenario_fails_every_preset(
     fixed: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, preset: str
 ) -> None:
-    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "eu-ai-act-art5-005=0.05")
+    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "pta-eu-ai-act-art5-005=0.05")
     result = fixed.runpytest("--bench=eu-ai-act", f"--preset={preset}", "--judge=fixed")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=SCENARIOS[preset] - 1, failed=1)
     result.stdout.fnmatch_lines(
-        ["gate: FAILED*1 critical scenario(s) failed: eu-ai-act-art5-005 (the gate allows 0)*"]
+        ["gate: FAILED*1 critical scenario(s) failed: pta-eu-ai-act-art5-005 (the gate allows 0)*"]
     )
     data = summary(fixed)
     assert data["gate"]["passed"] is False
-    assert data["gate"]["critical_failures"] == ["eu-ai-act-art5-005"]
+    assert data["gate"]["critical_failures"] == ["pta-eu-ai-act-art5-005"]
     # the Art 5 article is WARN under its own bands (pass 0.90, warn 0.70): its min pillar
     # may not be a PASS under the family's 0.70/0.40, and the required pillar bounds the root
     root = data["nodes"][0]
@@ -445,16 +445,16 @@ def test_one_failed_art5_scenario_fails_every_preset(
 def test_one_failed_gdpr_art9_scenario_fails_the_gate(
     fixed: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "gdpr-art9-002=0.05")
+    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "pta-gdpr-art9-002=0.05")
     result = fixed.runpytest("--bench=gdpr", "--preset=smoke", "--judge=fixed")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["gate: FAILED*1 critical scenario(s) failed: gdpr-art9-002*"])
+    result.stdout.fnmatch_lines(["gate: FAILED*1 critical scenario(s) failed: pta-gdpr-art9-002*"])
 
 
 def test_two_judges_do_not_double_the_counts(
     fixed: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "eu-ai-act-art5-005=0.05")
+    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "pta-eu-ai-act-art5-005=0.05")
     result = fixed.runpytest(
         "--bench=eu-ai-act", "--preset=smoke", "--judge=fixed-a", "--judge=fixed-b"
     )
@@ -563,7 +563,7 @@ def test_injection_suspected_pass_is_never_silent(demo: pytest.Pytester) -> None
 def test_a_k_subset_is_gated_on_what_ran(
     fixed: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "eu-ai-act-art5-005=0.05")
+    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "pta-eu-ai-act-art5-005=0.05")
     # the failing critical scenario is outside the subset: not seen, and the note says so
     result = fixed.runpytest("--bench=eu-ai-act", "--judge=fixed", "-k", "art50")
     assert result.ret == pytest.ExitCode.OK
@@ -575,11 +575,11 @@ def test_a_k_subset_is_gated_on_what_ran(
 def test_the_critical_gate_is_the_same_under_xdist(
     fixed: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "eu-ai-act-art5-005=0.05")
+    monkeypatch.setenv("AGENTEVAL_TEST_LOW", "pta-eu-ai-act-art5-005=0.05")
     result = fixed.runpytest_subprocess("--bench=eu-ai-act", "--judge=fixed", "-n", "2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     data = summary(fixed)
-    assert data["gate"]["critical_failures"] == ["eu-ai-act-art5-005"]
+    assert data["gate"]["critical_failures"] == ["pta-eu-ai-act-art5-005"]
     assert data["items"]["passed"] == 19 and data["items"]["failed"] == 1
 
 
