@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the real imports, for type checkers and IDEs
-    from ._checks import Answer, Check, CheckOutcome, ToolCall, register_check
+    from ._checks import Answer, Check, CheckOutcome, ToolCall, parse_check, register_check
     from ._evals import (
         AGGREGATIONS,
         MAX_NESTING_DEPTH,
@@ -27,8 +27,8 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs
         aggregate,
         band_verdict,
     )
-    from ._judges import Grade, GradeRequest, JudgeError, NotGradable, RulesJudge
-    from ._subjects import Response, SubjectError
+    from ._judges import Grade, GradeRequest, Judge, JudgeError, NotGradable, RulesJudge
+    from ._subjects import Response, Subject, SubjectError
     from ._yaml import SpecError
 
 # Imported on first use, so that loading the plugin (every pytest run) stays cheap.
@@ -38,6 +38,7 @@ _LAZY = {
     "CheckOutcome": "_checks",
     "ToolCall": "_checks",
     "register_check": "_checks",
+    "parse_check": "_checks",
     "AGGREGATIONS": "_evals",
     "MAX_NESTING_DEPTH": "_evals",
     "AtomicCodeEval": "_evals",
@@ -54,10 +55,12 @@ _LAZY = {
     "band_verdict": "_evals",
     "Grade": "_judges",
     "GradeRequest": "_judges",
+    "Judge": "_judges",
     "JudgeError": "_judges",
     "NotGradable": "_judges",
     "RulesJudge": "_judges",
     "Response": "_subjects",
+    "Subject": "_subjects",
     "SubjectError": "_subjects",
     "SpecError": "_yaml",
 }
@@ -93,16 +96,19 @@ __all__ = [
     "EvalResult",
     "Grade",
     "GradeRequest",
+    "Judge",
     "JudgeError",
     "NestingError",
     "NotGradable",
     "Response",
     "RulesJudge",
     "SpecError",
+    "Subject",
     "SubjectError",
     "ToolCall",
     "__version__",
     "aggregate",
     "band_verdict",
+    "parse_check",
     "register_check",
 ]

@@ -37,7 +37,7 @@ from ._family import (
     resolve_plan,
 )
 from ._gate import GateOutcome, decide_gate
-from ._judges import ConfigError
+from ._judges import ConfigError, Judge
 from ._output import RunRecorder
 from ._redact import Redactor
 from ._scheduler import Scheduler, upcoming_items
@@ -342,7 +342,7 @@ class AgentevalState:
         validate_options(config)
         if not hasattr(config, "workerinput"):  # found now, not after the paid calls
             settings.writable_dir(config, "agenteval_out", self.out_dir)
-        self._judges: list[Any] | None = None
+        self._judges: list[Judge] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
         self.rates = {**DEFAULT_RATES, **parse_rates(config.getini("agenteval_rates") or [])}
@@ -403,7 +403,7 @@ class AgentevalState:
     def judge_default(self) -> bool:
         return not self.judge_specs
 
-    def judges(self) -> list[Any]:
+    def judges(self) -> list[Judge]:
         if self._judges is None:
             specs = self.judge_specs or ["rules"]
             judges = []

@@ -21,14 +21,26 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ._checks import Answer, ToolCall
 from ._tracebacks import describe_exception
 
-__all__ = ["Response", "SubjectError", "call_subject", "load_callable"]
+__all__ = ["Response", "Subject", "SubjectError", "call_subject", "load_callable"]
 
 CONTEXT_ARGS = ("tools", "messages", "system", "scenario", "condition")
+
+
+class Subject(Protocol):
+    """The agent under test: called with the prompt, returns its answer.
+
+    Sync or async; returns text, a :class:`Response`, or a mapping with
+    ``text``. It may accept, by name, any of :data:`CONTEXT_ARGS` (``tools``,
+    ``messages``, ``system``, ``scenario``, ``condition``); only those it
+    names are passed.
+    """
+
+    def __call__(self, prompt: str, /, **context: Any) -> Any: ...
 
 
 class SubjectError(Exception):

@@ -1,0 +1,49 @@
+"""The README's code is the public API in use: it runs, and it names no private module."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pytest_agenteval
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCKS = [
+    textwrap.dedent(m.group(1))
+    for m in re.finditer(r"^ *```python\n(.*?)^ *```", README.read_text(), re.S | re.M)
+]
+
+
+def test_readme_has_python_examples() -> None:
+    assert len(BLOCKS) >= 2
+
+
+@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+def test_readme_code_uses_only_public_names(code: str) -> None:
+    assert not re.search(r"pytest_agenteval\._|from pytest_agenteval\.[a-z_]+ import", code), code
+
+
+RUNNABLE = [code for code in BLOCKS if "my_agent" not in code]
+
+
+@pytest.mark.parametrize("code", RUNNABLE, ids=[f"runnable{i}" for i in range(len(RUNNABLE))])
+def test_readme_code_runs(code: str, tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_public_api_resolves_and_is_typed() -> None:
+    for name in pytest_agenteval.__all__:
+        assert getattr(pytest_agenteval, name) is not None, name
+    assert (Path(pytest_agenteval.__file__).parent / "py.typed").is_file()
+    judge = pytest_agenteval.RulesJudge()
+    assert isinstance(judge, pytest_agenteval.Judge)
