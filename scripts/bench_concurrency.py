@@ -69,7 +69,7 @@ def write_family(root: Path, n: int) -> Path:
         ]
     (fam / "a.yaml").write_text("\n".join(lines) + "\n")
     (root / "agent.py").write_text("def answer(prompt):\n    return 'An answer to: ' + prompt\n")
-    (root / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:asyncio\n")
     return fam
 
 

@@ -55,7 +55,7 @@ def agenteval_subject():
 def test_totals_in_summary_and_budget_stops_calls(demo: pytest.Pytester) -> None:
     demo.makeconftest(COSTLY)
     demo.makeini(
-        "[pytest]\nasyncio_default_fixture_loop_scope = function\naddopts = -p no:benchmark\n"
+        "[pytest]\naddopts = -p no:benchmark -p no:asyncio\n"
         "agenteval_rates =\n    priced-model = 1.0 1.0\n"
     )
     result = demo.runpytest("--bench=demo", "--agenteval-concurrency=1")
