@@ -5,6 +5,18 @@ The offline :class:`RulesJudge` decides the criteria that carry a
 deterministic ``check``; LLM judges (``openai:``, ``anthropic:``) live in
 their own module. Whatever the judge, the verdict is computed here from the
 score and the bands — a judge never hands us a verdict.
+
+A criterion with a ``check`` is decided by its check whatever the judge
+(:func:`grade_with_checks`): a judge that is not itself the deterministic
+rules judge is asked only about the criteria without one, and never called
+when every criterion has a check. The score is the mean over all criteria,
+a checked criterion counting 1 or 0 and each unchecked criterion counting the
+judge's score::
+
+    score = (checks met + judged × judge score) / (checked + judged)
+
+so with no checks it is the judge's score, and with only checks it is the
+rules judge's ``met / checked``.
 """
 
 from __future__ import annotations
@@ -12,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from ._checks import Answer, Check
@@ -25,6 +37,7 @@ __all__ = [
     "JudgeError",
     "NotGradable",
     "RulesJudge",
+    "grade_with_checks",
 ]
 
 
@@ -103,6 +116,7 @@ class RulesJudge:
     name = "rules"
     description = "rules (offline: deterministic checks on criteria, no LLM)"
     billable = False  # costs nothing: never stopped by --agenteval-max-cost
+    deterministic = True  # the same answer always gets the same grade: never repeated
 
     async def grade(self, request: GradeRequest) -> Grade:
         return self.grade_sync(request)
@@ -144,9 +158,10 @@ async def grade_to_result(
     bands: Bands,
     severity: str | None,
 ) -> EvalResult:
-    """Grade and turn the grade into an :class:`EvalResult` (verdict from score)."""
+    """Grade (checked criteria by their checks) and turn the grade into an
+    :class:`EvalResult` (verdict from score)."""
     try:
-        grade = await judge.grade(request)
+        grade = await grade_with_checks(judge, request)
     except NotGradable as exc:
         return EvalResult(key, name, None, "skipped", kind="scenario", reasoning=str(exc))
     except JudgeError as exc:
@@ -174,15 +189,100 @@ async def grade_to_result(
     return result_from_grade(grade, key=key, name=name, bands=bands, severity=severity)
 
 
+def is_deterministic(judge: Any) -> bool:
+    """A judge that grades the same answer the same way every time (the rules judge)."""
+    return bool(getattr(judge, "deterministic", False))
+
+
+def _valid_score(score: Any) -> bool:
+    return (
+        not isinstance(score, bool)
+        and isinstance(score, int | float)
+        and math.isfinite(score)
+        and 0.0 <= score <= 1.0
+    )
+
+
+SCORE_RULE = (
+    "mean over all criteria: a checked criterion counts 1 or 0 from its check, "
+    "each unchecked criterion counts the judge's score"
+)
+
+
+async def grade_with_checks(judge: Any, request: GradeRequest) -> Grade:
+    """*judge*'s grade with every checked criterion decided by its check.
+
+    The judge sees only the unchecked criteria (``context["criteria_checked"]``
+    tells it how many were held out) and is not called when there are none.
+    The combined score follows :data:`SCORE_RULE`; ``details["scoring"]``
+    records its parts. A deterministic judge (the rules judge) already works
+    this way and is called as it is.
+    """
+    if is_deterministic(judge) or all(c.check is None for c in request.criteria):
+        return await judge.grade(request)
+    name = str(getattr(judge, "name", "judge"))
+    decided: dict[int, CriterionResult] = {}
+    for i, criterion in enumerate(request.criteria):
+        if criterion.check is not None:
+            outcome = criterion.check.evaluate(request.answer)
+            decided[i] = CriterionResult(
+                criterion.text, outcome.met, outcome.detail, criterion.check.to_dict()
+            )
+    met = sum(1 for r in decided.values() if r.met)
+    checked = len(decided)
+    open_ = [c for i, c in enumerate(request.criteria) if i not in decided]
+    judged = len(open_)
+    scoring: dict[str, Any] = {
+        "rule": SCORE_RULE,
+        "checked": checked,
+        "checked_met": met,
+        "judged": judged,
+        "judge_score": None,
+        "judge_called": bool(open_),
+    }
+    if not open_:
+        scoring["score"] = met / checked
+        return Grade(
+            score=met / checked,
+            criteria=tuple(decided[i] for i in range(checked)),
+            summary=f"every criterion has a check: {met} of {checked} met ({name} not called)",
+            judge=name,
+            details={"scoring": scoring},
+        )
+    sub = replace(
+        request,
+        criteria=tuple(open_),
+        context={**request.context, "criteria_checked": checked},
+    )
+    grade = await judge.grade(sub)
+    if not _valid_score(grade.score):
+        return grade  # refused as it is by result_from_grade
+    judged_results = list(grade.criteria)
+    merged: list[CriterionResult] = []
+    for i, criterion in enumerate(request.criteria):
+        if i in decided:
+            merged.append(decided[i])
+        elif judged_results:
+            merged.append(judged_results.pop(0))
+        else:  # a judge that returned fewer entries: shown as not assessed
+            merged.append(CriterionResult(criterion.text, None, f"{name} gave no finding"))
+    score = (met + judged * float(grade.score)) / (checked + judged)
+    scoring.update(judge_score=float(grade.score), score=score)
+    return Grade(
+        score=score,
+        criteria=tuple(merged),
+        summary=f"{grade.summary} [checks decided {checked} of {checked + judged} criteria "
+        f"({met} met); {name} scored the other {judged} at {float(grade.score):.2f}]",
+        judge=grade.judge,
+        details={**dict(grade.details), "scoring": scoring},
+    )
+
+
 def result_from_grade(
     grade: Grade, *, key: str, name: str, bands: Bands, severity: str | None
 ) -> EvalResult:
     score = grade.score
-    if (
-        isinstance(score, bool)
-        or not isinstance(score, int | float)
-        or not (math.isfinite(score) and 0.0 <= score <= 1.0)
-    ):
+    if not _valid_score(score):
         return EvalResult(
             key,
             name,

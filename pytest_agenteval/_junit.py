@@ -18,6 +18,14 @@ Shape::
 Outcomes: pass and warn pass, fail fails, error errors, skipped skips. A
 record without a known verdict is written as an error, never as a pass.
 
+Injection: a record whose answer tried to steer the judge
+(``meta["injection_suspected"]``, on the item or on any judge's grade beneath
+it) has the ``"<test name>.injection_suspected"`` property ``true`` (``false``
+when checked and clean), ``; INJECTION SUSPECTED`` on its status line, and an
+``injection suspected: ...`` line with the reasons in ``<system-out>`` (and in
+the failure text): a PASS that a judge may have been talked into is never
+silent.
+
 What ``junit-10.xsd`` does not allow, and where it went instead:
 
 * ``<testcase>`` takes only ``name``, ``classname``, ``time``, ``group``: no
@@ -74,6 +82,7 @@ __all__ = [
     "control_of",
     "criteria_lines",
     "family_of",
+    "injection_of",
     "junit_xml",
     "location_of",
     "meta_of",
@@ -256,6 +265,45 @@ def location_of(record: Mapping[str, Any]) -> tuple[str, int | None]:
     return str(file or ""), (line if ok else None)
 
 
+def injection_of(record: Mapping[str, Any]) -> tuple[bool | None, list[str]]:
+    """(flagged, reasons) of a record: ``None`` when nothing says whether it was checked.
+
+    Flagged when the item's ``meta["injection_suspected"]`` is true or any grade
+    beneath it (a panel member, a criterion call) is flagged.
+    """
+    flagged: bool | None = None
+    reasons: list[str] = []
+
+    def walk(result: Mapping[str, Any], depth: int) -> None:
+        nonlocal flagged
+        meta = _mapping(result.get("meta"))
+        value = meta.get("injection_suspected")
+        if isinstance(value, bool):
+            flagged = bool(flagged) or value
+        found = meta.get("injection_reasons")
+        if isinstance(found, list):
+            reasons.extend(t for t in (as_text(r) for r in found) if t not in reasons)
+        if depth < 8:  # judges and criteria sit one or two levels down
+            for child in result.get("children") or ():
+                if isinstance(child, Mapping):
+                    walk(child, depth + 1)
+
+    walk(result_of(record), 0)
+    return flagged, reasons
+
+
+def injection_line(record: Mapping[str, Any]) -> str | None:
+    """``injection suspected: ...`` for a flagged record, else ``None``."""
+    flagged, reasons = injection_of(record)
+    if not flagged:
+        return None
+    why = "; ".join(reasons) or "flagged by the judge"
+    return (
+        "injection suspected: the answer tries to steer the judge, so its grade may not be "
+        f"trustworthy ({why})"
+    )
+
+
 def criteria_lines(result: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(mark, criterion, reasoning) for each criterion, judges' children included."""
     out: list[tuple[str, str, str]] = []
@@ -315,6 +363,9 @@ def _header(record: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     judge = meta_of(record).get("judge")
     if judge:
         lines.append(f"judge: {as_text(judge)}")
+    injection = injection_line(record)
+    if injection:
+        lines.append(injection)
     return lines
 
 
@@ -324,11 +375,12 @@ def _status_line(record: Mapping[str, Any]) -> str:
     scenario = scenario_of(record)
     score = score_text(result.get("score"))
     missed = [c for c in criteria_lines(result) if c[0] == "MISSED"]
-    missed_note = f"; {len(missed)} criteria missed" if missed else ""
+    inj_note = "; INJECTION SUSPECTED" if injection_of(record)[0] else ""
+    missed_note = (f"; {len(missed)} criteria missed" if missed else "") + inj_note
     if verdict == "warn":
         return f"WARN: {scenario} passed with verdict warn (score {score}{missed_note})"
     if verdict == "pass":
-        return f"PASS: {scenario} (score {score})"
+        return f"PASS: {scenario} (score {score}{inj_note})"
     if verdict == "fail":
         severity = result.get("severity") or article_of(record).get("severity") or "n/a"
         return f"FAIL: {scenario} (score {score}, severity {severity}{missed_note})"
@@ -406,6 +458,9 @@ def _testcase(
 
     prop("verdict", verdict)
     prop("score", score_text(result.get("score")))
+    flagged, _ = injection_of(record)
+    if flagged is not None:
+        prop("injection_suspected", "true" if flagged else "false")
     if verdict == "fail" and result.get("severity"):
         prop("severity", result.get("severity"))
     file, line = location_of(record)

@@ -1,19 +1,44 @@
-"""Running one scenario: the subject answers, the judge grades. No pytest here."""
+"""Running one scenario: the subject answers, the judge grades. No pytest here.
+
+Several judges (a panel)
+    A scenario is graded by every configured judge, once each; a preset's
+    ``judges: N`` asks for N independent LLM gradings of its critical
+    scenarios. Independent means different judges (``--judge`` repeated with
+    different models): one judge asked N times sends the same request N times
+    (same model, temperature 0, same seed) and returns the same grade at N
+    times the cost. So :func:`judge_panel` refuses a panel that would repeat a
+    judge (:class:`PanelError`, a usage error before any call) unless the judge
+    allows it (``--judge-repeat=sampled``: repetition k with seed base + k at
+    temperature 0.7 — different samples of one model, not different opinions).
+    Deterministic judges (``rules``) are never repeated: they would give the
+    same grade. Each leaf records its panel (``meta["panel"]``: judge, model,
+    repeat, seed, temperature).
+
+Injection
+    Every leaf carries ``meta["injection_suspected"]`` (True/False) and
+    ``meta["injection_reasons"]``: the answer's own scan (whatever judged it,
+    so a cached grade, the rules judge or a judge not called at all cannot drop
+    it) joined with every panel member's and criterion call's flags (any flags:
+    flagged).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._checks import Answer
 from ._conditions import Condition
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
-from ._family import Article, Family
-from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result
+from ._family import Article, Family, Plan
+from ._injection import scan_answer
+from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result, is_deterministic
 from ._spec import Scenario
 from ._subjects import SubjectError, call_subject
 
@@ -63,7 +88,29 @@ def _leaf_meta(family: Family, article: Article, scenario: Scenario) -> dict[str
         "pattern": scenario.pattern,
         "file": article.path.name,
         "line": article.lines.get(scenario.id),
+        "injection_suspected": False,  # no answer seen (yet): nothing suspected
+        "injection_reasons": [],
     }
+
+
+def _flags(result: EvalResult) -> Iterable[tuple[bool, Sequence[Any]]]:
+    """(flagged, reasons) of *result* and of every grade beneath it."""
+    meta = result.meta
+    reasons = meta.get("injection_reasons")
+    yield meta.get("injection_suspected") is True, reasons if isinstance(reasons, list) else []
+    for child in result.children:
+        yield from _flags(child)
+
+
+def injection_meta(result: EvalResult, answer: Answer | None) -> dict[str, Any]:
+    """``injection_suspected`` / ``injection_reasons`` for a leaf: the answer's own scan
+    and every judge's flag beneath (one flagged panel member or criterion call flags it)."""
+    reasons: list[str] = scan_answer(answer) if answer is not None else []
+    flagged = bool(reasons)
+    for member_flagged, member_reasons in _flags(result):
+        flagged = flagged or member_flagged
+        reasons += [str(r) for r in member_reasons if str(r) not in reasons]
+    return {"injection_suspected": flagged, "injection_reasons": reasons}
 
 
 def _repetition(sample: int, rep: int) -> int | str:
@@ -71,20 +118,129 @@ def _repetition(sample: int, rep: int) -> int | str:
     return rep if sample == 0 else f"s{sample}-r{rep}"
 
 
-def judge_panel(judges: Sequence[Any], count: int) -> list[tuple[Any, int]]:
-    """(judge, repetition) pairs: the configured judges, cycled up to *count* LLM gradings.
+class PanelError(ConfigError):
+    """Several judges were asked for, but they would not be independent: a usage error."""
 
-    A preset's ``judges: 3`` with one LLM judge grades three times (repetition
-    0, 1, 2 — distinct cache keys); deterministic judges are never repeated.
+
+@dataclass(frozen=True)
+class PanelMember:
+    """One grading of a panel: *judge*'s grading number *repeat* of *repeats*."""
+
+    judge: Any
+    repeat: int = 0
+    repeats: int = 1
+
+    @property
+    def name(self) -> str:
+        return _name(self.judge)
+
+    def describe(self) -> dict[str, Any]:
+        """What the results record of this member (judge, model, seed, temperature)."""
+        sampling = getattr(self.judge, "sampling", None)
+        chosen = (
+            sampling({"repeat": self.repeat, "repeats": self.repeats})
+            if callable(sampling)
+            else None
+        )
+        return {
+            "judge": self.name,
+            "model": getattr(self.judge, "model", None),
+            "repeat": self.repeat,
+            "seed": getattr(chosen, "seed", None),
+            "temperature": getattr(chosen, "temperature", None),
+            "deterministic": is_deterministic(self.judge),
+        }
+
+
+def _name(judge: Any) -> str:
+    return str(getattr(judge, "name", None) or type(judge).__name__)
+
+
+def _refusal(where: str, count: int, free: Sequence[str], given: Counter[str]) -> str:
+    twice = [f"{n} is given {given[n]} times" for n in free if given[n] > 1]
+    if count > len(free):
+        asked = (
+            f"{where} asks for {count} independent judges on its critical scenarios "
+            f"(judges: {count}), but "
+            + (
+                f"only {len(free)} LLM judge{'s are' if len(free) > 1 else ' is'} configured "
+                f"({', '.join(free)})"
+            )
+        )
+    else:
+        asked = f"{where}: {'; '.join(twice)}"
+    examples = " ".join(
+        f"--judge={p}:MODEL_{chr(65 + i)}"
+        for i, p in enumerate(("openai", "anthropic", "openai", "anthropic")[: max(count, 2)])
+    )
+    return (
+        f"{asked}. Repeating a judge sends the same request again (same model, temperature 0, "
+        "same seed) and gets the same grade at a multiple of the cost, not an independent "
+        f"opinion. Pass {max(count, 2)} different judges ({examples}), or allow repeating one "
+        "judge with --judge-repeat=sampled (repetition k with seed base+k at temperature 0.7: "
+        "samples of one model, less independent than different models), or run a preset with "
+        "judges: 1."
+    )
+
+
+def judge_panel(judges: Sequence[Any], count: int, *, where: str = "this run") -> list[PanelMember]:
+    """The gradings of one answer: each configured judge once, repeated up to *count* LLM
+    gradings only where a judge allows it (``repeatable``); else :class:`PanelError`.
+
+    Deterministic judges (the rules judge) grade once whatever *count*: they would
+    give the same grade again. A judge named twice in *judges* counts as asked twice.
     """
-    panel = [(judge, 0) for judge in judges]
-    llm = [j for j in judges if getattr(j, "billable", True)]
-    i = 0
-    while llm and len(panel) < count:
-        judge = llm[i % len(llm)]
-        panel.append((judge, sum(1 for j, _ in panel if j is judge)))
-        i += 1
-    return panel
+    given: Counter[str] = Counter(_name(j) for j in judges)
+    distinct: dict[str, Any] = {}
+    for judge in judges:
+        distinct.setdefault(_name(judge), judge)
+    fixed = [j for j in distinct.values() if is_deterministic(j)]
+    free = [j for j in distinct.values() if not is_deterministic(j)]
+    members = [PanelMember(j) for j in fixed]
+    if not free:
+        return members
+    wanted = max(count, sum(given[_name(j)] for j in free))
+    extra = wanted - len(free)
+    repeatable = [j for j in free if getattr(j, "repeatable", False) is True]
+    stuck = any(given[_name(j)] > 1 for j in free if j not in repeatable)
+    if extra > 0 and (not repeatable or stuck):
+        raise PanelError(_refusal(where, count, [_name(j) for j in free], given))
+    times = {_name(j): 1 for j in free}
+    for i in range(max(extra, 0)):
+        times[_name(repeatable[i % len(repeatable)])] += 1
+    for judge in free:
+        n = times[_name(judge)]
+        members += [PanelMember(judge, k, n) for k in range(n)]
+    return members
+
+
+def panel_problem(specs: Sequence[str], count: int, *, repeat: bool, where: str) -> str | None:
+    """:func:`judge_panel`'s refusal for ``--judge`` specs, before any judge is built
+    (``rules`` is deterministic, ``openai:``/``anthropic:`` judges repeat only with
+    *repeat*). ``None`` when fine, or when a spec's kind is not known here (a judge
+    from a plugin hook: checked once it is built)."""
+
+    @dataclass(frozen=True)
+    class _Spec:
+        name: str
+        deterministic: bool
+        repeatable: bool
+
+    stand_ins = []
+    for spec in specs:
+        name = spec.strip()
+        kind = name.split(":", 1)[0].lower()
+        if name.lower() == "rules":
+            stand_ins.append(_Spec(name, True, False))
+        elif kind in ("openai", "anthropic"):
+            stand_ins.append(_Spec(name, False, repeat))
+        else:
+            return None
+    try:
+        judge_panel(stand_ins, count, where=where)
+    except PanelError as exc:
+        return str(exc)
+    return None
 
 
 class _NoLimit:
@@ -113,16 +269,30 @@ async def run_scenario(
     mode_b: bool = False,
     sample: int = 0,
     condition: Condition | None = None,
+    preset: str | None = None,
 ) -> ScenarioRun:
     """Ask the subject, then grade with every judge (several: weighted median).
 
     *limiter* (an ``asyncio.Semaphore``) bounds the calls in flight across all
     scenarios; *subject_lock* serialises a subject that is not safe to call
-    concurrently.
+    concurrently. A panel that would repeat a judge raises :class:`PanelError`
+    before the subject is called (*preset* names it in the message).
     """
     severity = scenario.severity or article.meta.severity
     base = dict(key=scenario.id, name=scenario.id, kind="scenario", weight=float(scenario.weight))
+    count = judge_count if severity == "critical" else 1
+    where = f"family {family.name!r}"
+    if preset:
+        where = f"preset {preset!r} of {where}"
+    panel = judge_panel(judges, count, where=where)
     meta = _leaf_meta(family, article, scenario)
+    meta["panel"] = [m.describe() for m in panel]
+    if count > 1 and len(panel) < count and all(is_deterministic(m.judge) for m in panel):
+        meta["panel_note"] = (
+            f"judges: {count} asked; "
+            + ", ".join(m.name for m in panel)
+            + " is deterministic and grades once (a repeat would give the same grade)"
+        )
     budget = budget or Budget(None)
     rates = rates or {}
     try:
@@ -166,8 +336,10 @@ async def run_scenario(
 
     async def one(judge: Any, request: GradeRequest = request) -> EvalResult:
         async with limiter:
+            # a judge asked nothing (every criterion has a check) costs nothing
+            asks = any(c.check is None for c in request.criteria) or not request.criteria
             try:
-                if getattr(judge, "billable", True):
+                if getattr(judge, "billable", True) and asks and not is_deterministic(judge):
                     budget.check()
             except BudgetExceeded as exc:
                 return EvalResult(
@@ -191,20 +363,24 @@ async def run_scenario(
         budget.charge(spent)
         return graded
 
-    panel = judge_panel(judges, judge_count if severity == "critical" else 1)
-
     async def grade_with_panel(req: GradeRequest) -> EvalResult:
-        """Several judges (or repetitions of one) combine by weighted median."""
+        """Several judges (or sampled repetitions of one) combine by weighted median."""
         graded = list(
             await asyncio.gather(
                 *(
                     one(
-                        judge,
+                        m.judge,
                         replace(
-                            req, context={**req.context, "repetition": _repetition(sample, rep)}
+                            req,
+                            context={
+                                **req.context,
+                                "repetition": _repetition(sample, m.repeat),
+                                "repeat": m.repeat,
+                                "repeats": m.repeats,
+                            },
                         ),
                     )
-                    for judge, rep in panel
+                    for m in panel
                 )
             )
         )
@@ -252,6 +428,7 @@ async def run_scenario(
         result = await grade_with_panel(request)
     judge_latency = time.perf_counter() - start
     result = replace(result, meta={**meta, **dict(result.meta)}, **base)  # type: ignore[arg-type]
+    result = replace(result, meta={**dict(result.meta), **injection_meta(result, answer)})
     judge_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     for spent in judge_costs:
         judge_total = add_cost(judge_total, spent)
@@ -265,3 +442,22 @@ async def run_scenario(
         judge_latency_s=judge_latency,
         cost={"subject": subject_cost.to_dict(), "judge": judge_total, "total": total},
     )
+
+
+def preset_panel_problem(plan: Plan, specs: Sequence[str], *, repeat: bool) -> str | None:
+    """The refusal of *plan*'s ``judges: N`` with the ``--judge`` *specs* (``None``: fine).
+
+    Checked when the preset is resolved, before collection ends and before any
+    call; only a preset that selects a critical scenario asks for N judges.
+    """
+    if plan.judges <= 1:
+        return None
+    critical = any(
+        (s.severity or a.meta.severity) == "critical" for a in plan.articles() for s in a.scenarios
+    )
+    if not critical:
+        return None
+    family = plan.family
+    source = family.articles[0].path if family.single_file else family.root / "benchmark.yaml"
+    where = f"preset {plan.preset!r} of family {family.name!r} ({source})"
+    return panel_problem(specs or ["rules"], plan.judges, repeat=repeat, where=where)

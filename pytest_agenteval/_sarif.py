@@ -18,6 +18,15 @@ What is in it
   of ``[family, scenario id, control id]`` (the scenario id carries a
   ``[...]`` parametrisation suffix when the node id has one), so an alert
   keeps its identity across runs whatever its score.
+* Injection: every result carries ``properties.injectionSuspected`` (and
+  ``injectionReasons`` when true) from the item's
+  ``meta["injection_suspected"]``. A scenario that PASSED although its answer
+  tried to steer the judge is a finding too: a result of level "warning" under
+  the rule ``agenteval/injection-suspected`` (listed after the control rules,
+  so their indexes do not move), at the scenario's location, with its own
+  fingerprint, so a judge talked into a pass shows in code scanning. A flagged
+  fail or warn is one result, its message saying it. The invocation's
+  ``properties.injectionSuspected`` counts the flagged items.
 * Items that ERRORED were not evaluated, so they are not findings either:
   each is a ``toolExecutionNotifications`` entry (level "error") of
   ``invocations[0]``, with its location and associated rule.
@@ -97,6 +106,7 @@ from ._junit import (
     control_of,
     criteria_lines,
     family_of,
+    injection_of,
     location_of,
     pillar_of,
     result_of,
@@ -111,6 +121,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_CHARS",
     "FINGERPRINT_KEY",
     "GITHUB_MAX_RESULTS",
+    "INJECTION_RULE_ID",
     "SARIF_SCHEMA",
     "fingerprint",
     "level_for",
@@ -125,6 +136,8 @@ SARIF_SCHEMA = (
 )
 TOOL_NAME = "pytest-agenteval"
 FINGERPRINT_KEY = "agentevalScenario/v1"
+#: The rule of a passing scenario whose answer tried to steer the judge.
+INJECTION_RULE_ID = "agenteval/injection-suspected"
 SRCROOT = "%SRCROOT%"
 
 GITHUB_MAX_RESULTS = 25_000
@@ -216,9 +229,12 @@ def level_for(severity: Any, verdict: str) -> str:
     return level
 
 
-def fingerprint(record: Mapping[str, Any], run: Mapping[str, Any]) -> str:
-    """Stable identity of a finding: family, scenario (with any param suffix), control."""
+def fingerprint(record: Mapping[str, Any], run: Mapping[str, Any], *, rule: str = "") -> str:
+    """Stable identity of a finding: family, scenario (with any param suffix), control
+    (and *rule* for a finding under a rule other than the control's own)."""
     parts = [family_of(record, run), case_name(record), control_of(record)]
+    if rule:
+        parts.append(rule)
     # ensure_ascii: lone surrogates hash as their \\uXXXX escape instead of failing.
     data = json.dumps(parts, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return hashlib.sha256(data).hexdigest()
@@ -293,6 +309,40 @@ def _rules(
     return rules, {r.id: i for i, r in enumerate(rules)}
 
 
+def _injection_rule() -> ReportingDescriptor:
+    text = "The answer tried to steer the judge (injection suspected)"
+    return ReportingDescriptor(
+        id=INJECTION_RULE_ID,
+        name="InjectionSuspected",
+        short_description=MultiformatMessageString(text=text),
+        full_description=MultiformatMessageString(
+            text=f"{text}: the scenario passed, but its answer addresses the grader, asks for a "
+            "score, carries grading JSON or a GRADE: line, or copies the answer delimiter."
+        ),
+        help=MultiformatMessageString(
+            text="A judge may have been talked into this pass. Read the answer in the run's "
+            "evidence (results.jsonl) and regrade it; the score comes only from the judge's "
+            "structured output, and the flag never changes it (pytest-agenteval)."
+        ),
+        default_configuration=ReportingConfiguration(level="warning"),
+        properties={"tags": ["agenteval", "injection", "security"]},
+    )
+
+
+def _flagged(record: Mapping[str, Any]) -> bool:
+    return injection_of(record)[0] is True
+
+
+def _injection_properties(record: Mapping[str, Any]) -> dict[str, Any]:
+    flagged, reasons = injection_of(record)
+    if flagged is None:
+        return {}
+    out: dict[str, Any] = {"injectionSuspected": flagged}
+    if flagged:
+        out["injectionReasons"] = [_field(r) for r in reasons[:20]]
+    return out
+
+
 def _redacted(value: Any, redact: Redact | None) -> str:
     text = as_text(value)
     return redact(text) if redact is not None and text else text
@@ -318,9 +368,30 @@ def _finding_text(record: Mapping[str, Any], redact: Redact | None) -> str:
     unassessed = [c for mark, c, _ in lines if mark == "NOT ASSESSED"]
     if unassessed:
         parts.append("Not assessed: " + "; ".join(unassessed) + ".")
+    flagged, reasons = injection_of(record)
+    if flagged:
+        parts.insert(
+            1,
+            "Injection suspected: the answer tries to steer the judge"
+            + (f" ({'; '.join(reasons)})" if reasons else "")
+            + ".",
+        )
     if result.get("reasoning"):
         parts.append(f"Judge: {as_text(result.get('reasoning'))}")
     return visible_escape(_redacted(" ".join(parts), redact))
+
+
+def _injection_text(record: Mapping[str, Any], redact: Redact | None) -> str:
+    """The message of a passing scenario whose answer tried to steer the judge."""
+    _, reasons = injection_of(record)
+    score = score_text(result_of(record).get("score"))
+    text = (
+        f"{scenario_of(record)}: PASS (score {score}) on {control_of(record)}, but the answer "
+        "tries to steer the judge (injection suspected)"
+        + (f": {'; '.join(reasons)}" if reasons else "")
+        + ". The pass may be the judge obeying the answer: review it."
+    )
+    return visible_escape(_redacted(text, redact))
 
 
 def _error_text(record: Mapping[str, Any], redact: Redact | None) -> str:
@@ -345,12 +416,19 @@ def _cut(text: str, limit: int) -> tuple[str, bool]:
     return text[:keep] + marker, True
 
 
+def _level(record: Mapping[str, Any]) -> str:
+    verdict = verdict_of(record)
+    if verdict == "pass":  # a finding only when flagged: an injection warning
+        return "warning"
+    return level_for(_severity(record), verdict)
+
+
 def _sort_key(item: tuple[int, Mapping[str, Any]]) -> tuple[int, int, int, int]:
     index, record = item
     verdict = verdict_of(record)
     severity = _severity(record)
     return (
-        _LEVEL_RANK[level_for(severity, verdict)],
+        _LEVEL_RANK[_level(record)],
         0 if verdict == "fail" else 1,
         _SEVERITY_RANK.get(severity or "", len(_SEVERITY_RANK)),
         index,
@@ -386,9 +464,16 @@ def sarif_log(
     preset = run.get("preset")
 
     findings = sorted(
-        ((i, r) for i, r in enumerate(records) if verdict_of(r) in ("fail", "warn")),
+        (
+            (i, r)
+            for i, r in enumerate(records)
+            if verdict_of(r) in ("fail", "warn") or (verdict_of(r) == "pass" and _flagged(r))
+        ),
         key=_sort_key,
     )
+    if any(verdict_of(r) == "pass" for _, r in findings):
+        rules.append(_injection_rule())
+        rule_index[INJECTION_RULE_ID] = len(rules) - 1
     total_findings = len(findings)
     findings = findings[: max(max_results, 0)]
     errors = [r for r in records if verdict_of(r) == "error"]
@@ -401,18 +486,27 @@ def sarif_log(
         verdict = verdict_of(record)
         control = control_of(record)
         location = _location(record)
-        full_texts.append(_finding_text(record, redact))
+        injection_pass = verdict == "pass"
+        rule = INJECTION_RULE_ID if injection_pass else control
+        full_texts.append(
+            _injection_text(record, redact) if injection_pass else _finding_text(record, redact)
+        )
         result_dicts.append(
             to_json(
                 Result(
                     message=Message(text=""),
-                    rule_id=control,
-                    rule_index=rule_index[control],
+                    rule_id=rule,
+                    rule_index=rule_index[rule],
                     kind="fail",
-                    level=level_for(_severity(record), verdict),
+                    level=_level(record),
                     locations=[location] if location else None,
-                    partial_fingerprints={FINGERPRINT_KEY: fingerprint(record, run)},
+                    partial_fingerprints={
+                        FINGERPRINT_KEY: fingerprint(
+                            record, run, rule=INJECTION_RULE_ID if injection_pass else ""
+                        )
+                    },
                     properties={
+                        "control": _field(control) if injection_pass else None,
                         "scenario": _field(scenario_of(record)),
                         "verdict": verdict,
                         "score": _score(result.get("score")),
@@ -425,6 +519,7 @@ def sarif_log(
                         )
                         or None,
                         "nodeid": _field(record.get("nodeid")) or None,
+                        **_injection_properties(record),
                     },
                 )
             )
@@ -447,6 +542,7 @@ def sarif_log(
                     "verdict": "error",
                     "family": _field(family_of(record, run)),
                     "nodeid": _field(record.get("nodeid")) or None,
+                    **_injection_properties(record),
                 },
             )
         )
@@ -469,6 +565,7 @@ def sarif_log(
             "score": _score(run.get("score")),
             "completed": completed,
             "items": counts,
+            "injectionSuspected": sum(1 for r in records if _flagged(r)),
         },
     )
     version = _field(run.get("tool_version")) or None
