@@ -25,8 +25,10 @@ Injection flags
     ``injection_suspected`` / ``injection_reasons`` when the part of the answer shown
     to the judge addresses the grader ("ignore the rubric", "you are the judge",
     "score this 100", "as the grader"), carries grading JSON or a ``GRADE:`` /
-    ``SCORE:`` line, or copies our delimiter. Flags never change the score: the
-    score is the judge's structured output, the verdict is computed from it in code.
+    ``SCORE:`` line, or copies our delimiter (:mod:`pytest_agenteval._injection`;
+    the runner scans every answer the same way and puts the flag on each item).
+    Flags never change the score: the score is the judge's structured output, the
+    verdict is computed from it in code.
 
 The output contract
     ``{"overall_score": int 0-100, "criteria": [{"criterion", "met", "reasoning"}],
@@ -39,6 +41,20 @@ The output contract
     and records the mode in ``details.structured`` (and ``details.fallbacks``).
     Anthropic 2.x's SDK has no ``temperature`` parameter: 0 is sent in the request
     body; a 400 naming ``temperature`` drops it (recorded as ``temperature: None``).
+
+Sampling
+    Temperature 0 and ``settings.seed`` (OpenAI; Anthropic's API takes no seed).
+    A judge repeated in a panel (``context["repeats"]`` > 1), which the runner
+    allows only with ``repeat="sampled"`` (``--judge-repeat=sampled``), sends
+    repetition k (``context["repeat"]``) with seed ``seed + k`` at
+    ``repeat_temperature`` (0.7): temperature 0 with another seed gives the same
+    grade on most providers. What was sent is in ``details.seed`` /
+    ``details.temperature`` and in the cache key.
+
+Checked criteria
+    The judge is asked only about the criteria it is given; the runner holds
+    back those with a deterministic check (:func:`~pytest_agenteval._judges.grade_with_checks`)
+    and ``context["criteria_checked"]`` makes the prompt say how many.
 
 Validation (decisions)
     * Text output must be exactly one JSON object, optionally wrapped in ONE
@@ -76,12 +92,18 @@ Transport
     credentials redacted, is shown.
 
 Cache (off by default)
-    Key: SHA-256 of the canonical JSON of provider, model, base URL host, prompt
-    hash, the rendered messages with the nonce replaced by a fixed placeholder,
-    sampling parameters, output-schema hash and ``context["repetition"]``. One file
-    per key, ``<cache_dir>/<2 hex>/<key>.json``: the (redacted) grade payload and its
-    own SHA-256, checked on read together with the grade's validity; a bad entry
-    is ignored and reported as ``details.cache_error``.
+    Key: SHA-256 of the canonical JSON of provider, model, endpoint (scheme, host,
+    port and path of the base URL; never its userinfo), prompt hash, the rendered
+    messages with the nonce replaced by a fixed placeholder, sampling parameters,
+    output-schema hash and ``context["repetition"]``. One file per key,
+    ``<cache_dir>/<2 hex>/<key>.json``: the (redacted) grade payload and its own
+    SHA-256, checked on read together with the grade's validity. With
+    ``AGENTEVAL_CACHE_KEY`` set, each entry also carries an HMAC-SHA256 (under that
+    key) of its format, key and payload, and on read an entry whose HMAC is missing
+    or wrong is a miss, never a hit. Without it the SHA-256 only catches accidents:
+    whoever can write the cache can forge a grade. Every grade says what the cache
+    did: ``details.cache_status`` (``hit``, ``miss`` or ``rejected``, with the reason
+    in ``details.cache_error``), ``cache_hit`` and ``cache_authenticated``.
 """
 
 from __future__ import annotations
@@ -91,6 +113,7 @@ import contextlib
 import contextvars
 import email.utils
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -109,8 +132,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._evals import CriterionResult
 from ._evidence import canonical_json, write_file_atomic
+from ._injection import DELIMITER as _DELIMITER
+from ._injection import head as _head
+from ._injection import injection_reasons as _injection_reasons
+from ._injection import snippet as _snippet
+from ._injection import tool_calls_text
 from ._judges import ConfigError, Grade, GradeRequest, JudgeError
-from ._redact import Redactor
+from ._redact import Redactor, endpoint
 
 __all__ = [
     "DEFAULT_PROMPT_FILE",
@@ -131,7 +159,10 @@ DEFAULT_PROMPT_FILE = Path(__file__).parent / "prompts" / "default-judge.v1.md"
 LOCAL_PLACEHOLDER_KEY = "agenteval-no-key"
 TOOL_NAME = "record_grade"
 SCHEMA_NAME = "agenteval_grade"
-CACHE_FORMAT = "agenteval-judge-cache/1"
+CACHE_FORMAT = "agenteval-judge-cache/2"
+#: The variable holding the key that authenticates judge-cache entries (HMAC-SHA256).
+CACHE_KEY_ENV = "AGENTEVAL_CACHE_KEY"
+CACHE_KEY_MIN_CHARS = 16
 NONCE_PLACEHOLDER = "{nonce}"
 _TEMPERATURE = 0.0
 
@@ -213,6 +244,19 @@ class JudgeSettings:
     max_tokens: int = 1024
     cache_dir: Path | None = None
     cache_mode: Literal["off", "read", "write", "readwrite"] = "off"
+    #: "sampled": this judge may grade one answer several times in a panel (a preset's
+    #: ``judges: N`` with fewer judges given), repetition k with seed ``seed + k`` at
+    #: ``repeat_temperature``. "no" (default): such a preset is refused.
+    repeat: Literal["no", "sampled"] = "no"
+    repeat_temperature: float = 0.7
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What one grading call sends: temperature and seed (``None``: the API takes none)."""
+
+    temperature: float
+    seed: int | None
 
 
 def make_llm_judge(spec: str, settings: JudgeSettings) -> LLMJudge | None:
@@ -229,6 +273,21 @@ def make_llm_judge(spec: str, settings: JudgeSettings) -> LLMJudge | None:
     if settings.cache_mode != "off" and settings.cache_dir is None:
         raise JudgeConfigError(
             f"judge {spec}: cache mode {settings.cache_mode!r} needs a cache directory"
+        )
+    cache_key = os.environ.get(CACHE_KEY_ENV)
+    if settings.cache_mode != "off" and cache_key and len(cache_key) < CACHE_KEY_MIN_CHARS:
+        raise JudgeConfigError(
+            f"judge {spec}: {CACHE_KEY_ENV} is too short to authenticate the cache "
+            f"({len(cache_key)} characters; use at least {CACHE_KEY_MIN_CHARS} random ones)"
+        )
+    if settings.repeat not in ("no", "sampled"):
+        raise JudgeConfigError(
+            f"judge {spec}: unknown repeat mode {settings.repeat!r} (expected no or sampled)"
+        )
+    if not (math.isfinite(settings.repeat_temperature) and 0 < settings.repeat_temperature <= 2):
+        raise JudgeConfigError(
+            f"judge {spec}: repeat temperature {settings.repeat_temperature!r} "
+            "must be above 0 and at most 2"
         )
     return cls(model, settings)
 
@@ -271,11 +330,6 @@ def _prompt_for(context: Mapping[str, Any]) -> _Prompt:
 
 # --------------------------------------------------------------------------- rendering
 
-#: Our delimiter shape: 2+ "<", optional "/" or "END", ANSWER or TOOL CALLS, up to the ">>>".
-_DELIMITER = re.compile(
-    r"(?<!<)(<{2,})(\s*/?\s*(?:end[\s_-]*)?(?:answer|tool[\s_-]*calls?)[^<>\n]{0,200})(>{2,})?",
-    re.IGNORECASE,
-)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -292,101 +346,6 @@ def _neutralise(text: str) -> tuple[str, int]:
 def _clean(text: str) -> str:
     """Lone surrogates cannot be sent as UTF-8: show them as U+FFFD to the judge."""
     return _SURROGATE.sub("\ufffd", text)
-
-
-def _snippet(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-_INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "addresses the grader",
-        re.compile(
-            r"\b(?:ignore|disregard|forget|override|bypass)\b[^\n.!?]{0,40}?"
-            r"\b(?:rubric|instructions?|criteria|guidelines|rules|system\s+prompt|grading|scoring)\b",
-            re.I,
-        ),
-    ),
-    (
-        "addresses the grader",
-        re.compile(
-            r"\byou\s+are\s+(?:now\s+)?(?:the|an?|my)?\s*(?:ai\s+|llm\s+)?"
-            r"(?:judge|grader|evaluator|assessor|scorer|grading\s+model)\b",
-            re.I,
-        ),
-    ),
-    (
-        "addresses the grader",
-        re.compile(
-            r"\b(?:as|dear|attention|note\s+to|message\s+to|hey)\s+(?:the\s+)?(?:ai\s+|llm\s+)?"
-            r"(?:judge|grader|evaluator|grading\s+model)\b",
-            re.I,
-        ),
-    ),
-    (
-        "asks for a score",
-        re.compile(
-            r"\b(?:score|grade|rate|mark)\s+(?:this|it|me|the\s+(?:answer|response)|"
-            r"my\s+(?:answer|response))\s+(?:as\s+|with\s+|at\s+)?(?:an?\s+)?\d{1,3}\b",
-            re.I,
-        ),
-    ),
-    (
-        "asks for a score",
-        re.compile(r"\b(?:full|perfect|maximum|max|top)\s+(?:marks|score|grade|points)\b", re.I),
-    ),
-    (
-        "asks for a score",
-        re.compile(r"\b(?:score|grade|rating)\s*(?:of|=|:)?\s*100\b(?!\s*%)", re.I),
-    ),
-    (
-        "asks for a score",
-        re.compile(
-            r"\b(?:mark|consider|treat)\s+(?:all|every)\s+criteri(?:a|on)\s+(?:as\s+)?met\b", re.I
-        ),
-    ),
-    (
-        "contains a GRADE:/SCORE: line",
-        re.compile(
-            r"^[ \t>*#_-]*(?:final[ _]+)?(?:grade|score|verdict|overall[ _]+score|rating)"
-            r"[ \t*_]*[:=]",
-            re.I | re.M,
-        ),
-    ),
-    (
-        "contains grading JSON",
-        re.compile(
-            r"[\"']?\boverall_?score\b[\"']?\s*[:=]|[\"'](?:score|grade|verdict)[\"']\s*:", re.I
-        ),
-    ),
-)
-
-
-def _injection_reasons(text: str) -> list[str]:
-    reasons: list[str] = []
-    seen: set[str] = set()
-    for label, pattern in _INJECTION_PATTERNS:
-        m = pattern.search(text)
-        if m and label not in seen:
-            seen.add(label)
-            reasons.append(f'{label}: "{_snippet(m.group(0))}"')
-    m = _DELIMITER.search(text)
-    if m:
-        reasons.append(f'contains a copy of the answer delimiter: "{_snippet(m.group(0))}"')
-    return reasons
-
-
-def _head(text: str, limit: int) -> tuple[str, bool]:
-    """The first *limit* characters (never ending inside a delimiter look-alike)."""
-    if len(text) <= limit:
-        return text, False
-    head = text[:limit]
-    tail = head[-256:]
-    cut = tail.rfind("<<")
-    if cut != -1 and "\n" not in tail[cut:] and ">>" not in tail[cut:]:
-        head = head[: len(head) - len(tail) + cut]  # drop a possibly half-cut delimiter
-    return head, True
 
 
 def _marker(text: str, cut: bool, what: str) -> str:
@@ -457,10 +416,8 @@ def _render(request: GradeRequest, nonce: str, max_answer_chars: int) -> _Render
         return _neutralise(_clean(str(text or "")))[0]
 
     answer_text = request.answer.text or ""
-    calls = [{"name": c.name, "arguments": dict(c.arguments)} for c in request.answer.tool_calls]
-    calls_text = "\n".join(
-        json.dumps(c, ensure_ascii=False, default=str, sort_keys=True) for c in calls
-    )
+    calls = request.answer.tool_calls
+    calls_text = tool_calls_text(request.answer)
     # Cut first: the judge sees (and can be steered by) only the part it is shown, and
     # scanning a 10 MB answer with a dozen regexes would take seconds.
     shown_raw, cut_text = _head(answer_text, max_answer_chars)
@@ -499,6 +456,13 @@ def _render(request: GradeRequest, nonce: str, max_answer_chars: int) -> _Render
     block.append(close)
 
     numbered = "\n".join(f"{i}. {text}" for i, text in enumerate(criteria, 1)) or "(none)"
+    held_out = ctx.get("criteria_checked")
+    if isinstance(held_out, int) and not isinstance(held_out, bool) and held_out > 0:
+        numbered += (
+            f"\n({held_out} other criteria of this scenario are decided by deterministic "
+            "checks in code; they are not listed and not yours to grade. Grade the answer "
+            "against the expected behaviour and the criteria listed.)"
+        )
     user = "\n".join(
         [
             "Grade the answer of an AI agent to the scenario below.",
@@ -766,6 +730,7 @@ class _CallState:
     retry_after_capped: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    sampling: Sampling = Sampling(_TEMPERATURE, None)
 
 
 _CALL: contextvars.ContextVar[_CallState | None] = contextvars.ContextVar(
@@ -930,10 +895,34 @@ class LLMJudge:
 
     @property
     def seed(self) -> int | None:
+        """The base seed this provider's API is sent (``None``: it takes no seed)."""
         return None
 
-    def _temperature(self) -> float | None:
-        return _TEMPERATURE
+    @property
+    def repeatable(self) -> bool:
+        """May grade one answer several times in a panel (``--judge-repeat=sampled``)."""
+        return self.settings.repeat == "sampled"
+
+    def sampling(self, context: Mapping[str, Any]) -> Sampling:
+        """Temperature and seed of one call: temperature 0 and the base seed, except for a
+        judge repeated in a panel (``context["repeats"]`` > 1, ``--judge-repeat=sampled``),
+        whose repetition k (``context["repeat"]``) uses ``seed + k`` at
+        ``repeat_temperature``."""
+        repeats, k = context.get("repeats", 1), context.get("repeat", 0)
+        if (
+            self.repeatable
+            and isinstance(repeats, int)
+            and isinstance(k, int)
+            and repeats > 1
+            and not isinstance(k, bool)
+        ):
+            seed = None if self.seed is None else self.seed + k
+            return Sampling(self.settings.repeat_temperature, seed)
+        return Sampling(_TEMPERATURE, self.seed)
+
+    def _temperature(self, sampling: Sampling) -> float | None:
+        """The temperature actually sent (``None``: the server refused the parameter)."""
+        return sampling.temperature
 
     def _hooks(self) -> dict[str, list[Any]]:
         cap = self.settings.retry_after_cap_s
@@ -1045,31 +1034,35 @@ class LLMJudge:
         repetition = request.context.get("repetition", 0)
         if isinstance(repetition, bool) or not isinstance(repetition, int):
             repetition = str(repetition)  # part of the cache key: keep it plain JSON
-        details = self._base_details(prompt, rendered, nonce, repetition)
+        sampling = self.sampling(request.context)
+        details = self._base_details(prompt, rendered, nonce, repetition, sampling)
 
         key: str | None = None
         if settings.cache_mode != "off" and settings.cache_dir is not None:
             key_user = _render(request, NONCE_PLACEHOLDER, settings.max_answer_chars).user
-            key = self._cache_key(prompt, key_user, repetition)
+            key = self._cache_key(prompt, key_user, repetition, sampling)
             details["cache_key"] = key
+            details["cache_authenticated"] = self.cache_authenticated
+            details["cache_status"] = "miss"
             if settings.cache_mode in ("read", "readwrite"):
                 hit, problem = self._cache_read(key, criteria)
                 if hit is not None:
                     return self._grade_from_cache(hit, details, start, criteria)
                 if problem:
                     details["cache_error"] = problem
+                    details["cache_status"] = "rejected"
 
         if self._open_after is not None:
             details["latency_s"] = round(time.perf_counter() - start, 6)
             details["circuit_open"] = True
             raise LLMJudgeError(
                 f"judge unavailable: circuit open after {self._open_after} consecutive "
-                "connection failures",
+                "provider failures (server errors 5xx, timeouts or refused connections)",
                 details,
             )
 
         self._get_client()  # created in this loop, outside the deadline
-        state = _CallState()
+        state = _CallState(sampling=sampling)
         try:
             grade = await asyncio.wait_for(
                 self._grade_live(request, prompt, rendered, criteria, state, details, start),
@@ -1170,15 +1163,15 @@ class LLMJudge:
     # -- details
 
     def _base_details(
-        self, prompt: _Prompt, rendered: _Rendered, nonce: str, repetition: Any
+        self, prompt: _Prompt, rendered: _Rendered, nonce: str, repetition: Any, sampling: Sampling
     ) -> dict[str, Any]:
         return {
             "provider": self.provider,
             "model_requested": self.model,
             "model_returned": None,
             "base_url_host": self.base_url_host,
-            "temperature": self._temperature(),
-            "seed": self.seed,
+            "temperature": self._temperature(sampling),
+            "seed": sampling.seed,
             "max_tokens": self.settings.max_tokens,
             "prompt_version": prompt.version,
             "prompt_sha256": prompt.sha256,
@@ -1212,7 +1205,7 @@ class LLMJudge:
         details["http_statuses"] = list(state.statuses)
         details["retry_after_capped"] = state.retry_after_capped
         details["structured"] = self.structured
-        details["temperature"] = self._temperature()
+        details["temperature"] = self._temperature(state.sampling)
         if self._fallbacks:
             details["fallbacks"] = list(self._fallbacks)
         details["latency_s"] = round(time.perf_counter() - start, 6)
@@ -1224,20 +1217,41 @@ class LLMJudge:
 
     # -- cache
 
-    def _cache_key(self, prompt: _Prompt, key_user: str, repetition: Any) -> str:
+    @property
+    def endpoint(self) -> str:
+        """The base URL as the cache keys it: scheme, host, port, path; never userinfo."""
+        return endpoint(self.base_url)
+
+    @property
+    def cache_authenticated(self) -> bool:
+        """Cache entries are written with, and must carry, an HMAC under the cache key."""
+        return self.settings.cache_mode != "off" and bool(os.environ.get(CACHE_KEY_ENV))
+
+    @staticmethod
+    def _cache_mac(key: str, payload: Any) -> str | None:
+        """HMAC-SHA256 of an entry under ``AGENTEVAL_CACHE_KEY``; None without a key."""
+        secret = os.environ.get(CACHE_KEY_ENV)
+        if not secret:
+            return None
+        signed = canonical_json({"format": CACHE_FORMAT, "key": key, "payload": payload})
+        return hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+
+    def _cache_key(
+        self, prompt: _Prompt, key_user: str, repetition: Any, sampling: Sampling
+    ) -> str:
         material = {
             "format": CACHE_FORMAT,
             "provider": self.provider,
             "model": self.model,
-            "base_url_host": self.base_url_host,
+            "endpoint": self.endpoint,
             "prompt_sha256": prompt.sha256,
             "messages": [
                 {"role": "system", "content": prompt.text},
                 {"role": "user", "content": key_user},
             ],
             "sampling": {
-                "temperature": _TEMPERATURE,
-                "seed": self.seed,
+                "temperature": sampling.temperature,
+                "seed": sampling.seed,
                 "max_tokens": self.settings.max_tokens,
             },
             "output_schema_sha256": OUTPUT_SCHEMA_SHA256,
@@ -1270,6 +1284,19 @@ class LLMJudge:
             digest = hashlib.sha256(canonical_json(payload)).hexdigest()
             if entry.get("payload_sha256") != digest:
                 return None, bad
+            expected = self._cache_mac(key, payload)
+            if expected is not None:
+                mac = entry.get("hmac_sha256")
+                if not isinstance(mac, str):
+                    return None, (
+                        f"cache entry {key[:12]}… has no HMAC (written without "
+                        f"{CACHE_KEY_ENV}); ignored"
+                    )
+                if not hmac.compare_digest(mac, expected):
+                    return None, (
+                        f"cache entry {key[:12]}… failed authentication (HMAC mismatch: "
+                        f"forged, or written under another {CACHE_KEY_ENV}); ignored"
+                    )
             parsed, _ = _validate(payload.get("parsed"), criteria)
             if not isinstance(payload.get("details"), dict):
                 return None, bad
@@ -1285,6 +1312,8 @@ class LLMJudge:
         out.update(
             {
                 "cache_hit": True,
+                "cache_status": "hit",
+                "cache_authenticated": self.cache_authenticated,
                 "cache_key": details.get("cache_key"),
                 "attempts": 0,
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0},
@@ -1303,7 +1332,8 @@ class LLMJudge:
         details = {
             k: v
             for k, v in grade.details.items()
-            if k not in ("cache_hit", "cache_key", "cache_error")
+            if k
+            not in ("cache_hit", "cache_key", "cache_error", "cache_status", "cache_authenticated")
         }
         payload = Redactor.from_environ().data({"parsed": details["parsed"], "details": details})
         entry = {
@@ -1312,6 +1342,9 @@ class LLMJudge:
             "payload": payload,
             "payload_sha256": hashlib.sha256(canonical_json(payload)).hexdigest(),
         }
+        mac = self._cache_mac(key, payload)
+        if mac is not None:
+            entry["hmac_sha256"] = mac
         try:
             await asyncio.to_thread(write_file_atomic, self._cache_path(key), canonical_json(entry))
         except (OSError, ValueError) as exc:
@@ -1391,8 +1424,8 @@ class OpenAIJudge(LLMJudge):
             kwargs: dict[str, Any] = {
                 "model": self.model,
                 "messages": convo,
-                "temperature": _TEMPERATURE,
-                "seed": self.settings.seed,
+                "temperature": state.sampling.temperature,
+                "seed": state.sampling.seed,
                 "max_tokens": self.settings.max_tokens,
             }
             if mode == "json_schema":
@@ -1449,8 +1482,8 @@ class AnthropicJudge(LLMJudge):
     default_base_url = "https://api.anthropic.com"
     modes = ("tool", "prompt-only")
 
-    def _temperature(self) -> float | None:
-        return _TEMPERATURE if self._send_temperature else None
+    def _temperature(self, sampling: Sampling) -> float | None:
+        return sampling.temperature if self._send_temperature else None
 
     def _sdk(self) -> Any:
         import anthropic
@@ -1492,7 +1525,7 @@ class AnthropicJudge(LLMJudge):
             }
             if self._send_temperature:
                 # anthropic 2.x has no temperature parameter; the API field goes in the body
-                kwargs["extra_body"] = {"temperature": _TEMPERATURE}
+                kwargs["extra_body"] = {"temperature": state.sampling.temperature}
             if mode == "tool":
                 kwargs["tools"] = [
                     {

@@ -11,7 +11,10 @@
 ``cmd:COMMAND``
     COMMAND run through the shell once per prompt. The prompt is written to its stdin
     (UTF-8) and stdin is closed; its stdout (UTF-8, one trailing newline removed) is the
-    answer. The environment is the caller's plus:
+    answer. The environment is NOT the caller's (which holds the judge's API key): only
+    the variables of :data:`SUBJECT_ENV_ALLOWED` (what a process needs to start, find
+    programs, files and a temporary directory, and speak the locale), those named by
+    *pass_env* (names, or shell-style patterns such as ``MYAGENT_*``), plus:
 
     - ``AGENTEVAL_SCENARIO_ID``: the scenario's id (when there is a scenario);
     - ``AGENTEVAL_TOOLS``: the scenario's tools as JSON, in the OpenAI tools shape
@@ -24,7 +27,7 @@
     behind when it exits. A non-zero exit status is an error (with the tail of stderr).
 
 Every subject object has ``name`` (the spec; secret-looking ``NAME=value`` assignments in
-a command are masked), is awaited as ``subject(prompt, *, tools=None, messages=None,
+a command are masked, and secret values redacted), is awaited as ``subject(prompt, *, tools=None, messages=None,
 system=None, scenario=None)``, returns a :class:`~pytest_agenteval._subjects.Response`,
 and must be closed with ``await subject.aclose()`` (or ``async with subject:``).
 
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import json
 import os
 import re
@@ -53,19 +57,55 @@ from typing import Any
 
 from ._checks import ToolCall
 from ._judges import ConfigError
+from ._redact import Redactor
 from ._subjects import Response, SubjectError
 
 __all__ = [
+    "SUBJECT_ENV_ALLOWED",
     "AnthropicSubject",
     "CommandSubject",
     "OpenAISubject",
     "Subject",
     "SubjectConfigError",
     "make_subject",
+    "subject_environment",
 ]
 
 #: The key sent to a local server (``base_url`` set) when no API key is configured.
 LOCAL_PLACEHOLDER_KEY = "agenteval-no-key"
+
+#: What a ``cmd:`` subject inherits without being told: enough to start a process, find
+#: programs, a home, a temporary directory and the locale (and, on Windows, the system
+#: folders a process cannot start without). Never a credential: anything else, the
+#: subject's own API key included, must be named (``--subject-env``).
+SUBJECT_ENV_ALLOWED = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONIOENCODING",
+    "PYTHONUTF8",
+    "PYTHONDONTWRITEBYTECODE",
+    "VIRTUAL_ENV",
+    "SYSTEMROOT",
+    "SYSTEMDRIVE",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "USERPROFILE",
+    "APPDATA",
+    "LOCALAPPDATA",
+)
 
 _STDERR_TAIL = 500
 _SAFE_CODE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -120,13 +160,15 @@ def make_subject(
     timeout_s: float = 120.0,
     max_retries: int = 2,
     max_tokens: int = 1024,
+    pass_env: Sequence[str] = (),
 ) -> Subject | None:
     """The subject for ``openai:MODEL``, ``anthropic:MODEL`` or ``cmd:COMMAND``; else None.
 
     *base_url* applies to the providers; *timeout_s* is per HTTP attempt for them and the
     whole run for a command; *max_retries* is the SDK's retry budget; *max_tokens* caps
-    the answer. Raises :class:`SubjectConfigError` when a key is missing or the spec has
-    no model/command.
+    the answer; *pass_env* names the variables a command gets beyond the allow-list.
+    Raises :class:`SubjectConfigError` when a key is missing or the spec has no
+    model/command.
     """
     kind, sep, rest = spec.partition(":")
     kind = kind.strip()
@@ -143,7 +185,7 @@ def make_subject(
         what = "COMMAND" if kind == "cmd" else "MODEL"
         raise SubjectConfigError(f"subject {spec.strip()!r}: expected {kind}:{what}")
     if kind == "cmd":
-        return CommandSubject(target, timeout_s=timeout_s)
+        return CommandSubject(target, timeout_s=timeout_s, pass_env=pass_env)
     cls: type[_ProviderSubject] = OpenAISubject if kind == "openai" else AnthropicSubject
     return cls(
         target,
@@ -643,18 +685,39 @@ async def _terminate(proc: asyncio.subprocess.Process, grace_s: float = 5.0) -> 
     await proc.wait()
 
 
+def subject_environment(environ: Mapping[str, str], pass_env: Sequence[str] = ()) -> dict[str, str]:
+    """The variables of *environ* named by :data:`SUBJECT_ENV_ALLOWED` or *pass_env*.
+
+    Entries are names or shell-style patterns (``LC_*``); on Windows, where variable
+    names are case-insensitive, they are compared in upper case.
+    """
+    fold = str.upper if os.name == "nt" else str
+    wanted = [fold(p.strip()) for p in (*SUBJECT_ENV_ALLOWED, *pass_env) if p.strip()]
+    exact = {p for p in wanted if not any(c in p for c in "*?[")}
+    patterns = [p for p in wanted if p not in exact]
+    return {
+        name: value
+        for name, value in environ.items()
+        if fold(name) in exact or any(fnmatch.fnmatchcase(fold(name), p) for p in patterns)
+    }
+
+
 class CommandSubject(Subject):
     """``cmd:COMMAND`` — the prompt on stdin, the answer on stdout."""
 
-    def __init__(self, command: str, *, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, command: str, *, timeout_s: float = 120.0, pass_env: Sequence[str] = ()
+    ) -> None:
         self.command = command
         self.timeout_s = timeout_s
-        self.name = f"cmd:{_redact_command(command)}"
+        self.pass_env = tuple(pass_env)
+        # the name becomes the run directory's and is printed: no secret value in it
+        self.name = "cmd:" + Redactor.from_environ().text(_redact_command(command))
 
     def environment(
         self, tools: Sequence[Mapping[str, Any]] | None, scenario: Mapping[str, Any] | None
     ) -> dict[str, str]:
-        env = dict(os.environ)
+        env = subject_environment(os.environ, self.pass_env)
         env.setdefault("PYTHONIOENCODING", "utf-8")
         for var in ("AGENTEVAL_SCENARIO_ID", "AGENTEVAL_TOOLS"):
             env.pop(var, None)  # never inherit a stale value from an outer run

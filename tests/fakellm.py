@@ -751,9 +751,10 @@ class FakeLLMServer:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        if path == OPENAI_PATH:
+        # a base URL may mount the API under a prefix (``/alt/v1``): route on the suffix
+        if path.endswith(OPENAI_PATH):
             provider: Provider = "openai"
-        elif path == ANTHROPIC_PATH or "anthropic-version" in headers:
+        elif path.endswith(ANTHROPIC_PATH) or "anthropic-version" in headers:
             provider = "anthropic"
         else:
             provider = "openai"
@@ -772,7 +773,7 @@ class FakeLLMServer:
             self._requests.append(req)
             self._changed.notify_all()
 
-        if h.command != "POST" or path not in (OPENAI_PATH, ANTHROPIC_PATH):
+        if h.command != "POST" or not path.endswith((OPENAI_PATH, ANTHROPIC_PATH)):
             msg = f"fakellm: no route for {h.command} {path}"
             self._send(h, *self._server_error(provider, 404, msg))
             return

@@ -25,6 +25,7 @@ from pytest_agenteval._provider_subjects import (
     Subject,
     SubjectConfigError,
     make_subject,
+    subject_environment,
 )
 from pytest_agenteval._subjects import Response, SubjectError, call_subject
 
@@ -446,6 +447,68 @@ def test_cmd_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert json.loads(resp.text) == [None, None]
 
 
+ENV_DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+def test_cmd_gets_only_the_allow_list_and_named_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the judge's key (and any other variable) stays out; the allow-list and the
+    # variables the user named get in, by name or pattern
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-judge-key-must-not-leak-0123456789")
+    monkeypatch.setenv("UNRELATED_SETTING", "no")
+    monkeypatch.setenv("MYAGENT_MODEL", "m1")
+    monkeypatch.setenv("MYAGENT_REGION", "eu")
+    monkeypatch.setenv("AGENT_TOKEN", "agent-own-token-0123456789")
+    monkeypatch.setenv("LC_TIME", "C")
+    bare = json.loads(run(ask(cmd(ENV_DUMP))).text)
+    assert "OPENAI_API_KEY" not in bare and "UNRELATED_SETTING" not in bare
+    assert "AGENT_TOKEN" not in bare and "MYAGENT_MODEL" not in bare
+    assert "sk-proj-judge-key" not in json.dumps(bare)
+    assert bare["PATH"] == os.environ["PATH"] and bare["LC_TIME"] == "C"
+    assert bare["PYTHONIOENCODING"] == os.environ.get("PYTHONIOENCODING", "utf-8")
+    named = json.loads(run(ask(cmd(ENV_DUMP, pass_env=["AGENT_TOKEN", "MYAGENT_*"]))).text)
+    assert named["AGENT_TOKEN"] == "agent-own-token-0123456789"
+    assert named["MYAGENT_MODEL"] == "m1" and named["MYAGENT_REGION"] == "eu"
+    assert "OPENAI_API_KEY" not in named and "UNRELATED_SETTING" not in named
+
+
+def test_cmd_name_never_holds_a_secret_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the name is printed and becomes the run directory's name
+    monkeypatch.setenv("MY_AGENT_TOKEN", "tok-8c1f0e2d9b7a6354")
+    subject = make_subject("cmd:agent --token tok-8c1f0e2d9b7a6354 --url http://u:pw@h/v1")
+    assert subject is not None
+    assert (
+        subject.name == "cmd:agent --token [REDACTED:MY_AGENT_TOKEN] --url http://[REDACTED]@h/v1"
+    )
+
+
+def test_subject_environment_filters_a_mapping() -> None:
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "LC_ALL": "C",
+        "OPENAI_API_KEY": "x",
+        "AWS_SECRET_ACCESS_KEY": "y",
+        "MY_VAR": "1",
+        "MY_OTHER": "2",
+    }
+    assert subject_environment(environ) == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C"}
+    assert subject_environment(environ, ["MY_VAR", " "]) == {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "LC_ALL": "C",
+        "MY_VAR": "1",
+    }
+    assert set(subject_environment(environ, ["MY_*"])) == {
+        "PATH",
+        "HOME",
+        "LC_ALL",
+        "MY_VAR",
+        "MY_OTHER",
+    }
+
+
 # A command whose python process starts a grandchild, records both pids, then spins (both
 # loops end by themselves after 20 s, so a failing test cannot leave them behind for long).
 SPIN = (
@@ -492,7 +555,7 @@ def test_cmd_timeout_kills_the_process_group(
     monkeypatch.setenv("PIDFILE", str(pidfile))
     start = time.monotonic()
     with pytest.raises(SubjectError, match=r"^command timed out after 1\.5s$"):
-        run(ask(cmd(SPIN, timeout_s=1.5)))
+        run(ask(cmd(SPIN, timeout_s=1.5, pass_env=["PIDFILE"])))
     assert time.monotonic() - start < 5
     pids = _pids(pidfile)
     assert len(pids) == 2 and _all_gone(pids)
@@ -506,7 +569,7 @@ def test_cmd_cancel_kills_the_process_group(
     monkeypatch.setenv("PIDFILE", str(pidfile))
 
     async def go() -> None:
-        subject = cmd(SPIN, timeout_s=30)
+        subject = cmd(SPIN, timeout_s=30, pass_env=["PIDFILE"])
         task = asyncio.ensure_future(ask(subject))
         deadline = time.monotonic() + 10
         while not pidfile.exists():
@@ -542,7 +605,7 @@ def test_cmd_does_not_wait_for_an_escaped_process(
     monkeypatch.setenv("PIDFILE", str(pidfile))
 
     async def go() -> None:
-        subject = cmd(ESCAPE, timeout_s=1.0 if how == "timeout" else 30)
+        subject = cmd(ESCAPE, timeout_s=1.0 if how == "timeout" else 30, pass_env=["PIDFILE"])
         task = asyncio.ensure_future(ask(subject))
         if how == "cancel":
             deadline = time.monotonic() + 10
