@@ -118,3 +118,42 @@ def test_exitfirst_cancels_pending_calls(conc: pytest.Pytester) -> None:
     result = conc.runpytest("--bench=conc", "--agenteval-concurrency=4", "-x", "-s")
     result.assert_outcomes(failed=1)
     assert "Task was destroyed but it is pending" not in result.stdout.str() + result.stderr.str()
+
+
+XDIST_SUBJECT = """\
+import os, time
+import pytest
+
+LOG = os.path.join(os.path.dirname(__file__), "calls.log")
+
+def agent(prompt):
+    start = time.monotonic()
+    time.sleep(0.2)
+    line = f"{start} {time.monotonic()}\\n".encode()
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, line)
+    os.close(fd)
+    return "answer"
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+"""
+
+
+def test_concurrency_is_a_limit_of_the_run_not_of_each_worker(conc: pytest.Pytester) -> None:
+    """--agenteval-concurrency=4 with -n 2: at most 4 calls in flight across both workers."""
+    conc.makeconftest(XDIST_SUBJECT)
+    (conc.path / "conc" / "a.yaml").write_text(article(40))  # enough to fill both workers
+    result = conc.runpytest("--bench=conc", "--agenteval-concurrency=4", "-n", "2")
+    result.assert_outcomes(passed=40)
+    spans = [
+        tuple(map(float, ln.split())) for ln in (conc.path / "calls.log").read_text().splitlines()
+    ]
+    assert len(spans) == 40
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    assert 1 < peak <= 4
