@@ -7,7 +7,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: agenteval {verify RUN_DIR [--expect-head HEX] | list | golden-stats [PATH ...]}"
+    usage = (
+        "usage: agenteval {verify RUN_DIR [--expect-head HEX] | compare RUN_A RUN_B "
+        "[--format=text|md|json] | list | golden-stats [PATH ...]}"
+    )
     if not args or args[0] in {"-h", "--help"}:
         print(usage)
         return 0 if args else 2
@@ -18,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         return verify_main(rest)
     if command == "golden-stats":
         return golden_stats(rest)
+    if command == "compare":
+        from ._compare_cli import main as compare_main
+
+        return compare_main(rest)
     if command == "list":
         from ._listing import print_listing
 
@@ -30,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
 def golden_stats(paths: list[str]) -> int:
     """Per pillar: entries, strata, adversarial share and kinds, holdout share, raters; warnings."""
     from collections import defaultdict
+    from dataclasses import replace
     from pathlib import Path
 
+    from ._calibration import derived_stratum
     from ._golden import format_stats, load_golden, pillar_stats
     from ._session import bundled_golden_roots
     from ._yaml import SpecError
@@ -49,8 +58,27 @@ def golden_stats(paths: list[str]) -> int:
             print(f"agenteval golden-stats: {exc}", file=sys.stderr)
             return 1
         groups[f"{path.parent.name}/{path.stem}"].extend(golden.entries)
-    stats = [pillar_stats(name, entries) for name, entries in sorted(groups.items())]
-    print(format_stats(stats))
+    stats = []
+    for name, entries in sorted(groups.items()):
+        # AgentEval's files carry no stratum: their score bands say it (see derived_stratum)
+        derived = [e for e in entries if e.stratum is None]
+        entries = [
+            e
+            if e.stratum is not None
+            else replace(e, stratum=derived_stratum(e.expected_verdict, e.score_min, e.score_max))
+            for e in entries
+        ]
+        one = pillar_stats(name, entries)
+        stats.append(one)
+        lines = format_stats([one]).split("\n")
+        if derived:  # said right under the strata line
+            lines.insert(
+                2,
+                f"    ({len(derived)} entries have no stratum: derived from verdict and score "
+                "band — pass with low edge < 0.80 or fail with high edge > 0.30 is borderline, "
+                "warn is borderline-fail)",
+            )
+        print("\n".join(lines))
     warned = sum(len(s.warnings) for s in stats)
     print(
         f"{len(stats)} pillar file(s), {sum(s.entries for s in stats)} entries, {warned} warning(s)"

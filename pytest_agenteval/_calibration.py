@@ -8,6 +8,16 @@ Holdout discipline: the gate is computed on the ``holdout`` split; the
 beside it. ``--calibration-split=all`` gates on every entry, for data that
 has no split, and says so. Judge errors are *evaluation failures*, counted
 apart from disagreements; the default gate allows none.
+
+A pillar's gate has three outcomes (``gate.status``): ``pass``, ``fail``, and
+``insufficient`` — fewer than ``min_n`` graded entries (default 10), where
+κ and accuracy say nothing either way. An insufficient pillar is not a pass
+(``gate.passed`` is false) and not a failure of the judge; the run's gate does
+not pass while any pillar is insufficient, and says so. With
+``gate_on="lower"`` κ and accuracy are gated on the lower bound of their 95 %
+bootstrap interval instead of the point estimate. Where entries carry several
+raters' ``labels``, Fleiss' κ among the raters is the ceiling an honest judge
+cannot beat: a judge κ above it passes with a visible note.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ from ._metrics import fleiss_kappa, summarize
 
 LABELS = ("pass", "warn", "fail")
 UNDEFINED_KAPPA = "kappa undefined — review the golden dataset for class balance"
+DEFAULT_MIN_N = 10
+GATE_ON = ("point", "lower")
 
 
 @dataclass(frozen=True)
@@ -53,10 +65,12 @@ def _metrics(rows: Sequence[Mapping[str, Any]], split_label: str, seed: int) -> 
             seed=seed,
         )
     else:
-        out = {"n": 0, "accuracy": None, "kappa": None}
+        out = {"n": 0, "accuracy": None, "kappa": None, "accuracy_ci": None, "kappa_ci": None}
     out["split"] = split_label
+    out["entries"] = len(rows)  # graded + not gradable + evaluation failures
     out["evaluation_failures"] = len(failures)
     out["not_gradable"] = len(skipped)
+    out["labels_present"] = sorted({str(r["expected"]) for r in rows}, key=_label_order)
     raters = [r["labels"] for r in graded if len(r.get("labels") or ()) >= 2]
     if raters and len({len(x) for x in raters}) == 1:
         value = fleiss_kappa(raters, LABELS)
@@ -65,27 +79,114 @@ def _metrics(rows: Sequence[Mapping[str, Any]], split_label: str, seed: int) -> 
     return out
 
 
-def _gate(metrics: Mapping[str, Any], th: Thresholds) -> dict[str, Any]:
-    reasons = []
-    kappa, acc = metrics.get("kappa"), metrics.get("accuracy")
-    if metrics.get("n", 0) == 0:
-        reasons.append("no graded entries in this split")
-    elif kappa is None:
-        reasons.append(UNDEFINED_KAPPA)
-    elif kappa < th.kappa:
-        reasons.append(f"kappa {kappa:.3f} < {th.kappa:.2f}")
-    if acc is not None and acc < th.accuracy:
-        reasons.append(f"accuracy {acc:.3f} < {th.accuracy:.2f}")
-    if metrics.get("evaluation_failures", 0) > th.max_evaluation_failures:
-        reasons.append(f"{metrics['evaluation_failures']} evaluation failure(s) (judge errors)")
+def _label_order(label: str) -> int:
+    return LABELS.index(label) if label in LABELS else len(LABELS)
+
+
+def _ci_text(ci: Any) -> str:
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
+        return f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return ""
+
+
+def _undefined_kappa_reason(metrics: Mapping[str, Any]) -> str:
+    """Why κ is undefined: class balance only when the split's labels really are one class.
+
+    κ is undefined on graded entries when both the labels and the judge used
+    one identical class. That is a dataset problem only if every entry of the
+    split carries that label; otherwise too few of the other labels were graded.
+    """
+    present = list(metrics.get("labels_present") or [])
+    if len(present) <= 1:
+        only = f" (every entry is labelled {present[0]})" if present else ""
+        return UNDEFINED_KAPPA + only
+    matrix = (metrics.get("confusion") or {}).get("matrix") or []
+    used = [LABELS[i] for i, row in enumerate(matrix) if i < len(LABELS) and any(row)]
+    one = used[0] if used else "?"
+    return (
+        f"kappa undefined: the {metrics.get('n', 0)} graded entries all carry the label {one} "
+        f"and the judge agreed on each, though this split holds {', '.join(present)} entries; "
+        "grade more of the other labels (an LLM judge grades what the rules judge cannot)"
+    )
+
+
+def _gate(
+    metrics: Mapping[str, Any],
+    th: Thresholds,
+    *,
+    min_n: int = DEFAULT_MIN_N,
+    gate_on: str = "point",
+) -> dict[str, Any]:
+    reasons: list[str] = []
+    notes: list[str] = []
+    insufficient = False
+    n = int(metrics.get("n") or 0)
+    entries = int(metrics.get("entries", n) or 0)
+    if entries == 0 and metrics.get("split") == "holdout":
+        insufficient = True
+        others = int((metrics.get("calibration_split") or {}).get("entries") or 0)
+        reasons.append(
+            f"no holdout entries ({others} in the calibration split; an entry without "
+            "`split` is calibration data): use --calibration-split=all to gate on every entry"
+        )
+    elif n < min_n:
+        insufficient = True
+        why = f"insufficient data (n={n} graded of {entries}; at least {min_n} needed)"
+        if metrics.get("not_gradable"):
+            why += f"; {metrics['not_gradable']} not gradable by this judge"
+        reasons.append(why)
+    else:
+        kappa, acc = metrics.get("kappa"), metrics.get("accuracy")
+        kappa_ci, acc_ci = metrics.get("kappa_ci"), metrics.get("accuracy_ci")
+        if kappa is None:
+            reasons.append(_undefined_kappa_reason(metrics))
+        elif gate_on == "lower":
+            low = kappa_ci[0] if isinstance(kappa_ci, (list, tuple)) and kappa_ci else None
+            if low is None:
+                reasons.append(f"kappa {kappa:.3f}: no confidence interval to gate on")
+            elif low < th.kappa:
+                reasons.append(
+                    f"kappa lower bound {low:.2f} < {th.kappa:.2f} (κ {kappa:.3f}{_ci_text(kappa_ci)})"
+                )
+        elif kappa < th.kappa:
+            reasons.append(f"kappa {kappa:.3f}{_ci_text(kappa_ci)} < {th.kappa:.2f}")
+        if acc is not None:
+            if gate_on == "lower":
+                low = acc_ci[0] if isinstance(acc_ci, (list, tuple)) and acc_ci else None
+                if low is not None and low < th.accuracy:
+                    reasons.append(
+                        f"accuracy lower bound {low:.2f} < {th.accuracy:.2f} "
+                        f"(accuracy {acc:.3f}{_ci_text(acc_ci)})"
+                    )
+            elif acc < th.accuracy:
+                reasons.append(f"accuracy {acc:.3f}{_ci_text(acc_ci)} < {th.accuracy:.2f}")
+        ceiling = metrics.get("inter_rater_fleiss_kappa")
+        if kappa is not None and ceiling is not None and kappa > ceiling:
+            notes.append(
+                f"judge κ {kappa:.3f} exceeds the raters' agreement (Fleiss κ {ceiling:.3f}, "
+                f"{metrics.get('inter_rater_n', 0)} entries with several raters): check for "
+                "labels leaking into the judge prompt, or a prompt tuned on these entries"
+            )
+    failures = int(metrics.get("evaluation_failures") or 0)
+    failed_judge = failures > th.max_evaluation_failures
+    if failed_judge:
+        reasons.append(f"{failures} evaluation failure(s) (judge errors)")
+    judged_reasons = len(reasons) - (1 if insufficient else 0)
+    status = (
+        "pass" if not reasons else "insufficient" if insufficient and not judged_reasons else "fail"
+    )
     return {
         "threshold": {
             "kappa": th.kappa,
             "accuracy": th.accuracy,
             "max_evaluation_failures": th.max_evaluation_failures,
+            "min_n": min_n,
+            "on": gate_on,
         },
-        "passed": not reasons,
+        "status": status,
+        "passed": status == "pass",
         "reasons": reasons,
+        "notes": notes,
     }
 
 
@@ -121,25 +222,24 @@ def calibration_report(
     thresholds: Mapping[str, Thresholds] | None = None,
     default: Thresholds | None = None,
     seed: int = 0,
+    min_n: int = DEFAULT_MIN_N,
+    gate_on: str = "point",
 ) -> dict[str, Any]:
     """Per pillar and overall metrics on the gate split, the other split beside, and the gate.
 
     *rows*: ``{id, pillar, expected, actual (None on judge error), score, min,
-    max, split, repetition, labels}``. Agreement metrics use repetition 0;
-    further repetitions feed :func:`stability`.
+    max, split, repetition, labels}``, optionally ``file``, ``line``,
+    ``rationale``, ``reasoning``, ``error``. Agreement metrics use repetition 0;
+    further repetitions feed :func:`stability`. *min_n*: graded entries a
+    pillar (and the whole run) needs before its gate can pass; *gate_on*:
+    ``point`` (the estimates) or ``lower`` (the lower bounds of their intervals).
     """
+    if gate_on not in GATE_ON:
+        raise ValueError(f"gate_on must be one of {GATE_ON}, got {gate_on!r}")
     thresholds = thresholds or {}
     default = default or Thresholds()
     # arrival order differs between serial and xdist runs; the bootstrap must not
-    rows = sorted(
-        rows,
-        key=lambda r: (
-            str(r.get("file", "")),
-            r.get("line") or 0,
-            str(r["id"]),
-            r.get("repetition", 0),
-        ),
-    )
+    rows = sorted(rows, key=_row_key)
     first = [r for r in rows if r.get("repetition", 0) == 0]
     gate_rows = first if split == "all" else [r for r in first if r["split"] == "holdout"]
     other_rows = [] if split == "all" else [r for r in first if r["split"] != "holdout"]
@@ -147,29 +247,280 @@ def calibration_report(
 
     pillars: dict[str, Any] = {}
     reasons: list[str] = []
-    for pillar in sorted({r["pillar"] for r in first}):
+    notes: list[str] = []
+    insufficient: list[str] = []
+    for pillar in sorted({r["pillar"] for r in first}, key=str):
         mine = [r for r in gate_rows if r["pillar"] == pillar]
         metrics = _metrics(mine, split_label, seed)
         th = thresholds.get(pillar, default)
-        metrics["gate"] = _gate(metrics, th)
         if other_rows:
             metrics["calibration_split"] = _metrics(
                 [r for r in other_rows if r["pillar"] == pillar], "calibration", seed
             )
+        metrics["gate"] = _gate(metrics, th, min_n=min_n, gate_on=gate_on)
         pillars[pillar] = metrics
         reasons += [f"{pillar}: {r}" for r in metrics["gate"]["reasons"]]
+        notes += [f"{pillar}: {n}" for n in metrics["gate"]["notes"]]
+        if metrics["gate"]["status"] == "insufficient":
+            insufficient.append(pillar)
     overall = _metrics(gate_rows, split_label, seed)
-    overall["gate"] = _gate(overall, default)
     if other_rows:
         overall["calibration_split"] = _metrics(other_rows, "calibration", seed)
+    overall["gate"] = _gate(overall, default, min_n=min_n, gate_on=gate_on)
     reasons += [f"overall: {r}" for r in overall["gate"]["reasons"]]
+    notes += [f"overall: {n}" for n in overall["gate"]["notes"]]
+    if overall["gate"]["status"] == "insufficient":
+        insufficient.append("overall")
+    if insufficient:
+        # said first: the gate cannot pass on these numbers, whatever they are
+        reasons.insert(
+            0,
+            f"insufficient data in {', '.join(insufficient)}: the calibration gate cannot pass "
+            f"until every pillar has at least {min_n} graded entries (--calibration-min-n)",
+        )
+    failed = any(p["gate"]["status"] == "fail" for p in (*pillars.values(), overall))
     report: dict[str, Any] = {
         "split": split_label,
         "overall": overall,
         "pillars": pillars,
-        "gate": {"passed": not reasons, "reasons": reasons},
+        "gate": {
+            "passed": not reasons,
+            "status": "pass" if not reasons else "fail" if failed else "insufficient",
+            "reasons": reasons,
+            "notes": notes,
+            "insufficient": insufficient,
+            "min_n": min_n,
+            "on": gate_on,
+        },
+        "disagreements": disagreements(first),
+        "evaluation_failures": [
+            _entry_ref(r) | {"error": r.get("error")} for r in first if r.get("verdict") == "error"
+        ],
     }
     stable = stability(rows)
     if stable is not None:
         report["stability"] = stable
     return report
+
+
+def _row_key(r: Mapping[str, Any]) -> tuple[str, int, str, int]:
+    return (str(r.get("file", "")), r.get("line") or 0, str(r["id"]), r.get("repetition", 0))
+
+
+def _entry_ref(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "pillar": r["pillar"],
+        "article": r.get("article"),
+        "file": r.get("file"),
+        "line": r.get("line"),
+        "split": r.get("split"),
+    }
+
+
+def agreed(r: Mapping[str, Any]) -> bool:
+    """The item passed: the judge's verdict is the label's and its score lies in the band."""
+    score = r.get("score")
+    return (
+        r.get("actual") is not None
+        and r["actual"] == r["expected"]
+        and score is not None
+        and r["min"] <= score <= r["max"]
+    )
+
+
+def disagreements(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Graded entries where the judge disagreed with the label (verdict or band), in file order."""
+    out = []
+    for r in sorted(rows, key=_row_key):
+        if r.get("actual") is None or agreed(r):
+            continue
+        out.append(
+            _entry_ref(r)
+            | {
+                "adversarial": r.get("adversarial"),
+                "expected": r["expected"],
+                "band": [r["min"], r["max"]],
+                "actual": r["actual"],
+                "score": r.get("score"),
+                "verdict_differs": r["actual"] != r["expected"],
+                "rationale": r.get("rationale") or "",
+                "reasoning": r.get("reasoning") or "",
+            }
+        )
+    return out
+
+
+def item_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """summary.json ``items`` of a calibration run, one per item (repetitions included).
+
+    passed: the judge agreed with the label; failed: it disagreed; errors:
+    evaluation failures; skipped: entries the judge could not grade.
+    """
+    counts = dict.fromkeys(("passed", "warned", "failed", "errors", "skipped"), 0)
+    flagged = 0
+    for r in rows:
+        if r.get("verdict") == "error":
+            counts["errors"] += 1
+        elif r.get("actual") is None:
+            counts["skipped"] += 1
+        elif agreed(r):
+            counts["passed"] += 1
+        else:
+            counts["failed"] += 1
+        meta = r.get("judge_meta")
+        flagged += isinstance(meta, Mapping) and meta.get("injection_suspected") is True
+    return {**counts, "injection_suspected": flagged}
+
+
+def _judge_meta(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = row.get("judge_meta")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def calibration_cost(
+    rows: Sequence[Mapping[str, Any]], rates: Mapping[str, tuple[float, float]]
+) -> dict[str, Any]:
+    """Judge tokens and dollars, in total and per pillar: summary.json's ``cost`` shape.
+
+    ``usd`` is None once any grade's model has no known rate.
+    """
+    from ._cost import add, cost_of
+
+    zero: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    total: dict[str, Any] = dict(zero)
+    pillars: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        meta = _judge_meta(r)
+        model = meta.get("model_requested") or meta.get("judge") or r.get("judge")
+        usage = meta.get("usage") if isinstance(meta.get("usage"), Mapping) else None
+        cost = cost_of(str(model) if model else None, usage, rates)
+        if not (cost.prompt_tokens or cost.completion_tokens):
+            continue
+        total = add(total, cost)
+        pillar = str(r.get("pillar", "?"))
+        pillars[pillar] = add(pillars.get(pillar, zero), cost)
+    return {"total": total, "pillars": pillars}
+
+
+def judge_lineage(
+    rows: Sequence[Mapping[str, Any]], judges: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The judges as configured, the models that answered and the prompts they used."""
+    returned: set[str] = set()
+    prompts: set[tuple[str, str]] = set()
+    for r in rows:
+        meta = _judge_meta(r)
+        if meta.get("model_returned"):
+            returned.add(str(meta["model_returned"]))
+        if meta.get("prompt_sha256"):
+            prompts.add((str(meta.get("prompt_version") or ""), str(meta["prompt_sha256"])))
+    return {
+        "judges": [
+            {
+                "spec": j.get("spec"),
+                "provider": j.get("provider"),
+                "model_requested": j.get("model_requested"),
+            }
+            for j in judges
+        ],
+        "models_returned": sorted(returned),
+        "prompts_used": [{"version": v or None, "sha256": h} for v, h in sorted(prompts)],
+    }
+
+
+def calibration_summary(
+    report: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    run_id: str,
+    family: str,
+    family_version: str | None,
+    preset: str,
+    subject: str,
+    judges: Sequence[str],
+    bands: Mapping[str, float],
+    cost: Mapping[str, Any],
+    chain_head: str,
+    started_at: str,
+    ended_at: str,
+    plugin_version: str,
+) -> dict[str, Any]:
+    """summary.json of a calibration run: the benchmark run's keys, and ``calibration``.
+
+    ``score`` is null and ``nodes`` empty (there is no tree); ``verdict`` is
+    ``pass`` when the gate passed, ``warn`` when only data was insufficient,
+    else ``fail``; ``items`` counts calibration items (see :func:`item_counts`).
+    """
+    gate = report["gate"]
+    status = gate.get("status", "pass" if gate["passed"] else "fail")
+    flagged = sorted(
+        {
+            str(r["id"])
+            for r in rows
+            if isinstance(r.get("judge_meta"), Mapping)
+            and r["judge_meta"].get("injection_suspected") is True
+        }
+    )
+    return {
+        "schema": "pytest-agenteval/summary/1",
+        "run_id": run_id,
+        "family": family,
+        "family_version": family_version,
+        "preset": preset,
+        "condition": None,
+        "subject": subject,
+        "judge": list(judges),
+        "score": None,
+        "verdict": {"pass": "pass", "insufficient": "warn"}.get(status, "fail"),
+        "bands": dict(bands),
+        "gate": {
+            "passed": bool(gate["passed"]),
+            "reasons": list(gate["reasons"]),
+            "notes": list(gate.get("notes") or []),
+            "critical_failures": [],
+            "injection_suspected": flagged,
+        },
+        "items": item_counts(rows),
+        "nodes": [],
+        "cost": dict(cost),
+        "chain_head": chain_head,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "plugin_version": plugin_version,
+        "calibration": {
+            "status": status,
+            "split": report.get("split"),
+            "min_n": gate.get("min_n"),
+            "gate_on": gate.get("on"),
+            "insufficient": list(gate.get("insufficient") or []),
+            "disagreements": len(report.get("disagreements") or []),
+            "evaluation_failures": len(report.get("evaluation_failures") or []),
+        },
+    }
+
+
+#: How close to a verdict threshold a band edge must lie for the entry to be borderline.
+BORDERLINE_MARGIN = 0.1
+
+
+def derived_stratum(
+    expected: str, score_min: float, score_max: float, *, pass_: float = 0.70, warn: float = 0.40
+) -> str:
+    """The stratum an entry without one belongs to, from its verdict and score band.
+
+    AgentEval's files carry no ``stratum``; their bands say it. A pass whose
+    band starts less than 0.1 above the pass threshold (low edge < 0.80) is
+    ``borderline-pass``, else ``clear-pass``; a fail whose band reaches
+    within 0.1 of the warn threshold (high edge > 0.30) is
+    ``borderline-fail``, else ``clear-fail``; a warn (a near miss of a pass)
+    is ``borderline-fail``, as in the bundled data. The thresholds are the
+    default bands (pass ≥ 0.70, warn ≥ 0.40) unless given.
+    """
+    if expected == "pass":
+        near = score_min < round(pass_ + BORDERLINE_MARGIN, 9)
+        return "borderline-pass" if near else "clear-pass"
+    if expected == "warn":
+        return "borderline-fail"
+    near = score_max > round(warn - BORDERLINE_MARGIN, 9)
+    return "borderline-fail" if near else "clear-fail"

@@ -4,9 +4,12 @@ One JSON object per line in ``golden/<family>/<pillar>.jsonl``. Two formats
 load: ours (snake_case, with stratum, adversarial kind, split, raters'
 labels and provenance) and AgentEval's camelCase one, unchanged (an entry
 without ``split`` counts as calibration data). Every problem — a broken
-line, an unknown verdict, a band outside [0, 1] or upside down, an unknown
-article, a duplicate id — is a :class:`SpecError` naming file and line,
-raised before any judge is called. The file is read within
+line, an unknown verdict, a band outside [0, 1] or upside down, a duplicate
+id — is a :class:`SpecError` naming file and line, raised before any judge
+is called. An entry the family cannot grade — its article is no control (nor
+alias) of the family, or it names no scenario of the family and the article
+has no substance rubric — is not an error: :func:`triage` marks it skipped,
+with the reason, as AgentEval's own runner skips it. The file is read within
 :data:`MAX_GOLDEN_BYTES` (size checked before reading; FIFOs and devices
 refused), a line nested deeper than :data:`~pytest_agenteval._yaml.MAX_DEPTH`
 is refused (the parser's own recursion limit stops one nested thousands
@@ -15,12 +18,13 @@ deep), and messages name keys and types, never the file's text.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -41,6 +45,9 @@ from ._yaml import (
     format_loc,
     read_limited,
 )
+
+if TYPE_CHECKING:
+    from ._family import Family
 
 MAX_GOLDEN_BYTES = 16 * 1024 * 1024
 VERDICTS = ("pass", "warn", "fail")
@@ -250,17 +257,140 @@ def load_golden(path: Path, *, within: Iterable[Path] | None = None) -> GoldenFi
     return golden
 
 
-def check_articles(golden: GoldenFile, known: Mapping[str, str], family: str) -> None:
-    """Every entry's article must be a control of *family* (``known``: control id → pillar)."""
+# --------------------------------------------------------------------------- triage
+
+#: Why an entry is skipped (the keys of the skip counts in calibration.json).
+SKIP_UNKNOWN_ARTICLE = "unknown article"
+SKIP_UNKNOWN_SCENARIO = "unknown scenario"
+SKIP_PROMPT_MISMATCH = "prompt mismatch"  # and no rubric to grade it against instead
+#: An entry's ``input`` and its scenario's match when, after whitespace is
+#: collapsed and case folded, they are equal or this similar (difflib ratio).
+PROMPT_SIMILARITY = 0.9
+#: Longer prompts must match exactly (after normalising): ratio() is quadratic.
+_SIMILARITY_MAX_CHARS = 10_000
+
+
+def normalise_prompt(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def prompts_match(a: str, b: str) -> bool:
+    """Is *a* the same prompt as *b*, give or take whitespace, case and small edits?"""
+    x, y = normalise_prompt(a), normalise_prompt(b)
+    if x == y:
+        return True
+    if max(len(x), len(y)) > _SIMILARITY_MAX_CHARS:
+        return False
+    m = difflib.SequenceMatcher(None, x, y, autojunk=False)
+    return (
+        m.real_quick_ratio() >= PROMPT_SIMILARITY
+        and m.quick_ratio() >= PROMPT_SIMILARITY
+        and m.ratio() >= PROMPT_SIMILARITY
+    )
+
+
+@dataclass(frozen=True)
+class Triage:
+    """What a family makes of one golden entry.
+
+    ``control_id`` is the control the entry's ``article`` names (directly or
+    by an alias), ``None`` when the family has none. ``skip`` is the reason
+    the entry cannot be graded (:data:`SKIP_UNKNOWN_ARTICLE`,
+    :data:`SKIP_UNKNOWN_SCENARIO`, :data:`SKIP_PROMPT_MISMATCH`), ``None`` when
+    it can. ``prompt_mismatch``:
+    the entry names a scenario of the family but its ``input`` is not that
+    scenario's prompt, so it is graded against the article's substance rubric,
+    not the scenario's criteria (or skipped when there is no rubric).
+    """
+
+    entry: GoldenEntry
+    control_id: str | None
+    skip: str | None = None
+    detail: str = ""
+    prompt_mismatch: bool = False
+    synthetic: bool = False  # graded against the article's rubric
+
+
+def triage(golden: GoldenFile, family: Family) -> list[Triage]:
+    """Resolve every entry of *golden* against *family* (pure; no judge, no pytest)."""
+    scenarios = {s.id: s for art in family.articles for s in art.scenarios}
+    out = []
     for entry in golden.entries:
-        if entry.article not in known:
-            sample = ", ".join(sorted(known)[:6])
-            raise SpecError(
-                golden.path,
-                entry.line,
-                f"unknown article {entry.article!r}: family {family!r} has no such control "
-                f"(e.g. {sample})",
+        art = family.resolve(entry.article)
+        if art is None:
+            out.append(
+                Triage(
+                    entry,
+                    None,
+                    SKIP_UNKNOWN_ARTICLE,
+                    f"unknown article {entry.article!r}: family {family.name!r} has no such "
+                    "control or alias",
+                )
             )
+            continue
+        cid, rubric = art.control_id, bool(art.meta.rubric)
+        scenario = scenarios.get(entry.scenario_id)
+        if scenario is None:
+            if rubric:
+                out.append(Triage(entry, cid, synthetic=True))
+            else:
+                out.append(
+                    Triage(
+                        entry,
+                        cid,
+                        SKIP_UNKNOWN_SCENARIO,
+                        f"unknown scenario {entry.scenario_id!r}: no scenario of family "
+                        f"{family.name!r} has that id, and control {cid!r} declares no "
+                        "substance rubric (metadata.rubric) to grade the entry against",
+                    )
+                )
+            continue
+        if prompts_match(entry.input, scenario.input):
+            out.append(Triage(entry, cid))
+            continue
+        detail = (
+            f"prompt mismatch: the entry's input is not the prompt of scenario "
+            f"{entry.scenario_id!r} (similarity under {PROMPT_SIMILARITY:.0%} after "
+            "normalising whitespace and case)"
+        )
+        if rubric:
+            out.append(
+                Triage(
+                    entry,
+                    cid,
+                    detail=detail + f"; graded against the substance rubric of {cid!r}",
+                    prompt_mismatch=True,
+                    synthetic=True,
+                )
+            )
+        else:
+            out.append(
+                Triage(
+                    entry,
+                    cid,
+                    SKIP_PROMPT_MISMATCH,
+                    detail + f", and control {cid!r} declares no substance rubric "
+                    "(metadata.rubric) to grade it against",
+                    prompt_mismatch=True,
+                )
+            )
+    return out
+
+
+def triage_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts for calibration.json and the terminal from calibration records.
+
+    ``skipped``: entries not graded, ``total`` and ``by_reason``;
+    ``prompt_mismatch``: entries whose input differs from the scenario they
+    name (graded against the rubric, or skipped when there is none).
+    Repetitions of an entry count once.
+    """
+    first = [r for r in rows if not r.get("repetition")]
+    reasons = Counter(str(r["skip_reason"]) for r in first if r.get("skip_reason"))
+    return {
+        "skipped": {"total": sum(reasons.values()), "by_reason": dict(sorted(reasons.items()))},
+        "prompt_mismatch": sum(1 for r in first if r.get("prompt_mismatch")),
+    }
 
 
 def check_unique(files: Iterable[GoldenFile]) -> None:

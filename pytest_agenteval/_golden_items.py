@@ -21,7 +21,7 @@ from ._checks import Check
 from ._collect import STATE, AgentevalError
 from ._evals import EvalResult, band_verdict, combine_results
 from ._family import Article, Family
-from ._golden import GoldenEntry, check_articles, load_golden
+from ._golden import GoldenEntry, Triage, load_golden, triage
 from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result
 from ._spec import Scenario
 from ._subjects import Response
@@ -42,20 +42,6 @@ def _about_tool_calls(check: Check) -> bool:
     return any(isinstance(c, Check) and _about_tool_calls(c) for c in inner)
 
 
-def _check_rubrics(golden: Any, family: Family) -> None:
-    """A synthetic entry is graded against its article's rubric, which must exist."""
-    real = {s.id for a in family.articles for s in a.scenarios}
-    for entry in golden.entries:
-        if entry.scenario_id not in real and not family.article(entry.article).meta.rubric:
-            raise SpecError(
-                golden.path,
-                entry.line,
-                f"entry {entry.id!r} is synthetic (no scenario {entry.scenario_id!r} in "
-                f"{family.name}) and article {entry.article!r} declares no substance rubric "
-                "(metadata.rubric) to grade it against",
-            )
-
-
 def _scenario_context(scenario: Scenario | None) -> dict[str, Any]:
     """What the agent saw in the real scenario (system prompt, earlier turns, tools)."""
     if scenario is None:
@@ -69,31 +55,38 @@ class GoldenCollector(pytest.Collector):
     """One golden ``.jsonl`` file (not a ``pytest.File``: see ArticleCollector)."""
 
     def collect(self) -> Iterator[CalibrationItem]:
+        """One item per entry and repetition; an entry the family cannot grade (unknown
+        article or scenario, see :func:`~pytest_agenteval._golden.triage`) is one
+        :class:`SkippedEntry`, so that it is counted and kept in the evidence, never
+        a whole-file error."""
         state = self.config.stash[STATE]
         try:
             golden = load_golden(self.path)
             family = state.family_for_golden(self.path, golden.entries)
-            known = {a.control_id: a.meta.pillar for a in family.articles}
-            check_articles(golden, known, family.name)
-            _check_rubrics(golden, family)
+            triaged = triage(golden, family)
             state.claim_golden_ids(family, golden.entries)
             state.note_golden_file(family, self.path)
         except (SpecError, ValueError) as exc:
             raise self.CollectError(str(exc)) from None
         state.register_markers(family)
         repeat = state.calibration_repeat
-        for entry in golden.entries:
-            article = family.article(entry.article)
+        for t in triaged:
+            if t.skip is not None or t.control_id is None:
+                yield SkippedEntry.from_parent(self, name=t.entry.id, family=family, triaged=t)
+                continue
+            article = family.article(t.control_id)
             for rep in range(repeat):
-                name = entry.id if repeat == 1 else f"{entry.id}[r{rep}]"
-                yield CalibrationItem.from_parent(
+                name = t.entry.id if repeat == 1 else f"{t.entry.id}[r{rep}]"
+                item = CalibrationItem.from_parent(
                     self,
                     name=name,
                     family=family,
                     article=article,
-                    entry=entry,
+                    entry=t.entry,
                     repetition=rep,
                 )
+                item.prompt_mismatch = t.prompt_mismatch
+                yield item
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
         return str(excinfo.value)
@@ -103,6 +96,10 @@ class GoldenCollector(pytest.Collector):
 
 
 class CalibrationItem(pytest.Item):
+    #: The entry names a scenario whose prompt is not its ``input``: graded
+    #: against the article's substance rubric instead (set by the collector).
+    prompt_mismatch: bool = False
+
     def __init__(
         self,
         *,
@@ -119,6 +116,8 @@ class CalibrationItem(pytest.Item):
             self.add_marker(marker)
 
     def scenario(self) -> Scenario | None:
+        if self.prompt_mismatch:
+            return None  # another prompt: the scenario's criteria and context do not apply
         for art in self.family.articles:
             for scenario in art.scenarios:
                 if scenario.id == self.entry.scenario_id:
@@ -196,6 +195,8 @@ class CalibrationItem(pytest.Item):
             "stratum": self.entry.stratum,
             "adversarial": self.entry.adversarial,
             "labels": list(self.entry.labels),
+            "prompt_mismatch": self.prompt_mismatch,
+            "rationale": self.entry.rationale,  # shown beside the judge's reasoning on a disagreement
             "judge": " + ".join(getattr(j, "name", "judge") for j in judges),
             "verdict": result.verdict,
             "error": result.error,
@@ -270,3 +271,63 @@ class CalibrationItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.entry.path, self.entry.line - 1, f"calibration::{self.entry.id}"
+
+
+class SkippedEntry(CalibrationItem):
+    """A golden entry its family cannot grade: skipped with its reason, and counted.
+
+    AgentEval's own runner skips such entries (an article it does not have);
+    here each stays visible — a skipped item with the reason, a record in the
+    evidence, a count per reason in calibration.json and the terminal — and
+    the rest of the file runs.
+    """
+
+    def __init__(self, *, family: Family, triaged: Triage, **kwargs: Any) -> None:
+        pytest.Item.__init__(self, **kwargs)  # no article to take markers from
+        self.family, self.entry, self.triaged, self.repetition = family, triaged.entry, triaged, 0
+        self.payload = None
+        self.prompt_mismatch = triaged.prompt_mismatch
+        art = family.resolve(triaged.control_id) if triaged.control_id else None
+        self.pillar = art.meta.pillar if art is not None else None
+        for marker in ("calibration", family.name, *([self.pillar] if self.pillar else [])):
+            self.add_marker(marker)
+
+    def setup(self) -> None:
+        judges = self.config.stash[STATE].judges()
+        e, t = self.entry, self.triaged
+        self.payload = {
+            "v": 1,
+            "kind": "calibration",
+            "family": self.family.name,
+            "family_root": str(self.family.root),
+            "pillar": self.pillar,
+            "id": e.id,
+            "scenario_id": e.scenario_id,
+            "article": t.control_id or e.article,
+            "file": e.path.name,
+            "line": e.line,
+            "expected": e.expected_verdict,
+            "min": e.score_min,
+            "max": e.score_max,
+            "score": None,
+            "actual": None,
+            "split": e.split,
+            "repetition": 0,
+            "stratum": e.stratum,
+            "adversarial": e.adversarial,
+            "labels": list(e.labels),
+            "judge": " + ".join(getattr(j, "name", "judge") for j in judges),
+            "verdict": "skipped",
+            "error": None,
+            "reasoning": t.detail,
+            "criteria": [],
+            "judge_meta": {},
+            "skip_reason": t.skip,
+            "prompt_mismatch": t.prompt_mismatch,
+            "subject": "calibration-" + "+".join(getattr(j, "name", "judge") for j in judges),
+            "nodeid": self.nodeid,
+        }
+        pytest.skip(f"{e.path.name}:{e.line}: {e.id}: {t.detail}")
+
+    def runtest(self) -> None:  # never reached: setup skips
+        raise AssertionError("a skipped golden entry cannot run")

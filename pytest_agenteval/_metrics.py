@@ -26,7 +26,13 @@ Known, deliberate differences from scikit-learn
   ``[i/n, (i+1)/n)`` (last bin closed), as specified for the product;
   ``sklearn.calibration.calibration_curve`` uses ``(i/n, (i+1)/n]`` (first bin
   closed).  Only a score lying exactly on an interior edge is binned
-  differently.
+  differently.  The bin index is computed, not searched for among
+  floating-point edges: ``i = min(floor(score · n + 1e-9), n − 1)``.  Judge
+  scores are decimals (0.3, 0.6, 0.7) that binary floating point holds only
+  approximately, and ``linspace`` edges are themselves inexact
+  (``linspace(0, 1, 11)[3]`` is 0.30000000000000004), so a score of 0.3
+  searched among those edges lands in the bin below.  The 1e-9 tolerance
+  counts a score that far below an edge as on it.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "BIN_EDGE_TOLERANCE",
     "DEFAULT_LABELS",
     "accuracy",
+    "bin_index",
     "bootstrap_ci",
     "brier",
     "cohen_kappa",
@@ -391,14 +399,29 @@ def share_within_band(
     return float(np.mean((lo <= s) & (s <= hi)))
 
 
+#: A score this far below a bin edge counts as on the edge (see the module docstring).
+BIN_EDGE_TOLERANCE = 1e-9
+
+
+def bin_index(score: float, n_bins: int = 10) -> int:
+    """The reliability bin of one score: ``min(floor(score · n_bins + 1e-9), n_bins − 1)``.
+
+    Bin ``i`` is ``[i/n_bins, (i+1)/n_bins)`` and the last bin is closed, so
+    with 10 bins 0.7 is in bin 7 and 1.0 in bin 9.
+    """
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    return max(0, min(math.floor(score * n_bins + BIN_EDGE_TOLERANCE), n_bins - 1))
+
+
 def _bin_ids(scores: FloatArray, n_bins: int) -> tuple[npt.NDArray[np.intp], FloatArray]:
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    # side="right": a score equal to edges[i] lands in bin i, i.e. [lo, hi);
-    # the clip puts 1.0 into the last bin, which is therefore closed.
-    ids = np.clip(np.searchsorted(edges, scores, side="right") - 1, 0, n_bins - 1)
-    return ids, edges
+    # i / n_bins is the double nearest the decimal edge (0.3, not linspace's
+    # 0.30000000000000004); the index is computed from the score, as bin_index does.
+    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+    ids = np.floor(scores * n_bins + BIN_EDGE_TOLERANCE).astype(np.intp)
+    return np.clip(ids, 0, n_bins - 1), edges
 
 
 def reliability_bins(

@@ -231,7 +231,10 @@ def test_calibration_with_an_llm_judge(demo: pytest.Pytester, env: FakeLLMServer
             )
         )
     (gdir / "safety.jsonl").write_text("\n".join(lines) + "\n")
-    result = demo.runpytest("-m", "calibration", "--judge=openai:gpt-4o-mini")
+    # six entries: below the default minimum of 10 graded per pillar
+    result = demo.runpytest(
+        "-m", "calibration", "--judge=openai:gpt-4o-mini", "--calibration-min-n=6"
+    )
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(
         ["*calibration: demo · judge openai:gpt-4o-mini*", "calibration gate: PASSED"]

@@ -10,6 +10,7 @@ import json
 import math
 import warnings
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 
 from pytest_agenteval._metrics import (
     accuracy,
+    bin_index,
     bootstrap_ci,
     brier,
     cohen_kappa,
@@ -368,6 +370,78 @@ def test_ece_edge_cases() -> None:
         expected_calibration_error([1.2], [True])
     with pytest.raises(ValueError, match="n_bins"):
         reliability_bins([0.5], [True], n_bins=0)
+
+
+# Every bin edge of the documented convention (10 bins, bin i = [i/10, (i+1)/10),
+# the last bin closed), written by hand: the score as a decimal literal -> its bin.
+EDGE_BINS = {
+    0.0: 0,
+    0.1: 1,
+    0.2: 2,
+    0.3: 3,
+    0.4: 4,
+    0.5: 5,
+    0.6: 6,
+    0.7: 7,
+    0.8: 8,
+    0.9: 9,
+    1.0: 9,
+}
+
+
+@pytest.mark.parametrize(("score", "expected_bin"), sorted(EDGE_BINS.items()))
+def test_every_bin_edge_lands_in_the_bin_it_opens(score: float, expected_bin: int) -> None:
+    assert bin_index(score) == expected_bin
+    bins = reliability_bins([score], [True])
+    assert [b["n"] for b in bins].index(1) == expected_bin
+    assert bins[expected_bin]["lo"] == min(score, 0.9)  # 0.3, not 0.30000000000000004
+
+
+def test_edges_reached_by_arithmetic_count_as_the_edge() -> None:
+    # 0.1 + 0.2 and 1 - 0.7 are 0.30000000000000004; 0.7 - 1e-12 is a hair below 0.7
+    assert bin_index(0.1 + 0.2) == 3 and bin_index(1 - 0.7) == 3
+    assert bin_index(0.7 - 1e-12) == 7
+    assert bin_index(0.7 - 1e-6) == 6  # a real difference is not rounded away
+    assert bin_index(0.0999999) == 0 and bin_index(0.95) == 9
+
+
+def test_ece_of_the_issue_example() -> None:
+    # 0.7 and 0.75 share bin [0.7, 0.8): mean score 0.725, pass share 0.5 -> ECE 0.225
+    # (floating-point edges put 0.7 in [0.6, 0.7) and gave 0.525)
+    assert expected_calibration_error([0.7, 0.75], [True, False]) == pytest.approx(0.225)
+    bins = reliability_bins([0.7, 0.75], [True, False])
+    assert bins[7]["n"] == 2 and bins[6]["n"] == 0
+
+
+def _exact_ece(scores: Sequence[str], outcomes: Sequence[bool]) -> Fraction:
+    """ECE in exact decimal arithmetic: the independent reference for the bins."""
+    groups: dict[int, list[tuple[Fraction, bool]]] = {}
+    for text, outcome in zip(scores, outcomes, strict=True):
+        value = Fraction(text)
+        index = min(math.floor(value * 10), 9)
+        groups.setdefault(index, []).append((value, outcome))
+    total = Fraction(0)
+    for members in groups.values():
+        mean = sum((v for v, _ in members), Fraction(0)) / len(members)
+        share = Fraction(sum(o for _, o in members), len(members))
+        total += len(members) * abs(mean - share)
+    return total / len(scores)
+
+
+def test_bins_and_ece_match_exact_decimal_arithmetic() -> None:
+    # every two-decimal score 0.00 ... 1.00 (11 of them on edges), outcomes varied
+    texts = [f"{k / 100:.2f}" for k in range(101)]
+    outcomes = [(k * 7) % 3 == 0 for k in range(101)]
+    for text in texts:
+        assert bin_index(float(text)) == min(math.floor(Fraction(text) * 10), 9), text
+    ece = expected_calibration_error([float(t) for t in texts], outcomes)
+    assert ece == pytest.approx(float(_exact_ece(texts, outcomes)), abs=1e-12)
+    # judge-like scores, many on edges
+    judge = ["0.7", "0.6", "0.3", "0.7", "0.9", "1.0", "0.0", "0.35", "0.6", "0.8"]
+    said = [True, False, False, True, True, True, False, False, True, True]
+    assert expected_calibration_error([float(t) for t in judge], said) == pytest.approx(
+        float(_exact_ece(judge, said)), abs=1e-12
+    )
 
 
 # --------------------------------------------------------------------------- AUC
