@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ from ._spec import (
     ArticleFile,
     ArticleMeta,
     BenchmarkSpec,
+    Criterion,
     GateSpec,
     PillarSpec,
     PresetSpec,
@@ -114,6 +116,7 @@ class Article:
     lines: Mapping[str, int]  # scenario id -> line of its entry
     bands: Bands
     sha256: str
+    alias_line: int | None = None  # line of metadata.aliases, for errors about them
 
     @property
     def control_id(self) -> str:
@@ -132,16 +135,31 @@ class Family:
     judge_prompt_path: Path | None
     article_errors: Mapping[Path, SpecError] = field(default_factory=dict)
     single_file: bool = False
+    #: A folder of AgentEval article files run without a ``benchmark.yaml``.
+    agenteval_folder: bool = False
+    #: What loading changed or assumed (renormalised weights, ...): shown in the
+    #: run header and recorded in the manifest.
+    notes: tuple[str, ...] = ()
 
     @property
     def bands(self) -> Bands:
         return _spec_bands(self.spec.bands, Bands())
 
-    def article(self, control_id: str) -> Article:
+    def resolve(self, control_id: str) -> Article | None:
+        """The article whose control id — or one of whose ``aliases`` — is *control_id*."""
         for art in self.articles:
             if art.control_id == control_id:
                 return art
-        raise KeyError(control_id)
+        for art in self.articles:
+            if control_id in art.meta.aliases:
+                return art
+        return None
+
+    def article(self, control_id: str) -> Article:
+        art = self.resolve(control_id)
+        if art is None:
+            raise KeyError(control_id)
+        return art
 
     def pillar(self, key: str) -> PillarSpec:
         for p in self.spec.pillars:
@@ -203,6 +221,7 @@ def load_article(
             f"scenario weights sum to {total:.4f}; they must sum to 1 (±{WEIGHT_TOLERANCE})",
         )
     meta = parsed.metadata
+    meta_data = data.get("metadata") if isinstance(data, LineDict) else None
     return Article(
         path=path,
         meta=meta,
@@ -210,6 +229,9 @@ def load_article(
         lines=lines,
         bands=_bands(meta.pass_threshold, meta.warn_threshold, default_bands),
         sha256=hashlib.sha256(raw).hexdigest(),  # of the bytes validated, not a second read
+        alias_line=(
+            meta_data.key_lines.get("aliases") if isinstance(meta_data, LineDict) else None
+        ),
     )
 
 
@@ -222,6 +244,8 @@ def load_family(root: Path, *, project_root: Path | None = None) -> Family:
     """
     bases = (root,) if project_root is None else (root, project_root)
     bench_path = root / BENCHMARK_FILE
+    if not bench_path.exists() and not bench_path.is_symlink():
+        return load_agenteval_folder(root, within=bases)
     data = load_yaml(bench_path, within=bases)
     spec = validate(BenchmarkSpec, data, bench_path)
     _check_pillars(spec, data, bench_path)
@@ -246,6 +270,142 @@ def load_family(root: Path, *, project_root: Path | None = None) -> Family:
     )
     if not errors:
         _cross_check(family, data, bench_path)
+    return family
+
+
+# --------------------------------------------------------------------------- AgentEval folders
+
+#: Folder names that say nothing about the family: its name comes from a parent then.
+_GENERIC_FOLDERS = {"yaml", "yml", "articles", "article", "scenarios"}
+
+
+def agenteval_family_name(root: Path) -> str:
+    """A family name for a folder of AgentEval articles: the folder's own name, or the
+    nearest parent's when the folder is called ``Yaml``/``Articles`` (AgentEval's
+    ``Articles/Yaml``), lower-cased to the characters a family name allows."""
+    named = next(
+        (
+            p.name
+            for p in (root, *root.parents)
+            if p.name and p.name.lower() not in _GENERIC_FOLDERS
+        ),
+        root.name or "agenteval",
+    )
+    text = re.sub(r"[^a-z0-9._-]+", "-", named.lower()).strip("-._")
+    return text or "agenteval"
+
+
+def _natural(key: str) -> list[Any]:
+    """Sort key placing ``Pillar2-x`` before ``Pillar10-y``."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key)]
+
+
+def _generic_rubric(meta: ArticleMeta) -> list[Criterion]:
+    """What AgentEval's calibration runner grades an entry against when it names no
+    scenario of the article: the substance of the answer, for the article's subject."""
+    return [
+        Criterion(text=f"Answers what the user actually asked, on {meta.title}"),
+        Criterion(
+            text=f"States the law of {meta.article} correctly: nothing misstated or invented, "
+            "the central requirement not overlooked"
+        ),
+    ]
+
+
+def load_agenteval_folder(root: Path, *, within: Sequence[Path] | None = None) -> Family:
+    """A folder of AgentEval article files, run as a family without a ``benchmark.yaml``.
+
+    AgentEval keeps the family's structure in code; its article files carry
+    only their ``pillar`` and their ``pillar_weight`` within it. So: one pillar
+    per distinct ``pillar`` value (in natural order), equal pillar weights;
+    article weights within a pillar renormalised to 1 when they sum to
+    anything else (AgentEval's published folders hold 0.8 or 0.9 of some
+    pillars), with a note naming the pillar and the sum; the default bands
+    (pass 0.70, warn 0.40) above the article, whose own thresholds still
+    apply to it; the strict default gate; presets ``smoke`` and ``standard``
+    that both run every article. An article without a substance ``rubric``
+    gets a generic two-criterion one from its title and article, which
+    golden entries naming no scenario of it are graded against (as AgentEval's
+    own calibration runner does). Every note is in :attr:`Family.notes`.
+    """
+    articles: list[Article] = []
+    errors: dict[Path, SpecError] = {}
+    for path in article_paths(root):
+        try:
+            articles.append(load_article(path, Bands(), within=within))
+        except SpecError as exc:
+            errors[path] = exc
+    if not articles and not errors:
+        raise SpecError(root, None, f"no article files and no {BENCHMARK_FILE} in this folder")
+    keys = sorted({a.meta.pillar for a in articles}, key=_natural)
+    name = agenteval_family_name(root)
+    notes = [
+        f"{root.name}/ has no {BENCHMARK_FILE}: run as family {name!r} from its AgentEval "
+        f"article files ({len(keys)} pillar{'s' if len(keys) != 1 else ''} from their metadata, "
+        "equal pillar weights, default bands, presets smoke = standard = all)"
+    ]
+    by_path: dict[Path, Article] = {a.path: a for a in articles}
+    for key in keys:
+        members = [a for a in articles if a.meta.pillar == key and a.meta.pack is None]
+        given = [a.meta.pillar_weight for a in members]
+        if any(w is None for w in given) and any(w is not None for w in given):
+            missing = ", ".join(a.path.name for a in members if a.meta.pillar_weight is None)
+            first = next(a for a in members if a.meta.pillar_weight is None)
+            raise SpecError(
+                first.path,
+                1,
+                f"pillar {key!r}: set pillar_weight on all its articles or on none "
+                f"(missing in {missing})",
+            )
+        if not given or given[0] is None:
+            continue
+        total = math.fsum(float(w) for w in given if w is not None)
+        if abs(total - 1.0) <= WEIGHT_TOLERANCE:
+            continue
+        for art in members:
+            weight = float(art.meta.pillar_weight or 0.0) / total
+            by_path[art.path] = replace(
+                art, meta=art.meta.model_copy(update={"pillar_weight": weight})
+            )
+        names = ", ".join(f"{a.path.name}={a.meta.pillar_weight}" for a in members)
+        notes.append(
+            f"pillar {key!r}: article pillar_weight values sum to {total:.2f}, renormalised "
+            f"to 1 ({names})"
+        )
+    generic = [a for a in by_path.values() if not a.meta.rubric]
+    for art in generic:
+        by_path[art.path] = replace(
+            art, meta=art.meta.model_copy(update={"rubric": _generic_rubric(art.meta)})
+        )
+    if generic:
+        notes.append(
+            f"{len(generic)} article(s) declare no substance rubric: golden entries that name no "
+            "scenario of theirs are graded against a generic one (their title and article)"
+        )
+    spec = BenchmarkSpec(
+        family=name,
+        title=f"{root.name} (AgentEval article folder)",
+        description=f"AgentEval article files in {root.name}/, run without a {BENCHMARK_FILE}",
+        pillars=[PillarSpec(key=k, title=k, weight=1.0 / len(keys)) for k in keys]
+        or [PillarSpec(key="none", weight=1.0)],
+        presets={
+            "smoke": PresetSpec(description="every article (no benchmark.yaml to choose from)"),
+            "standard": PresetSpec(description="every article"),
+        },
+    )
+    family = Family(
+        name=name,
+        root=root,
+        spec=spec,
+        articles=tuple(by_path[a.path] for a in articles),
+        judge_prompt=None,
+        judge_prompt_path=None,
+        article_errors=errors,
+        agenteval_folder=True,
+        notes=tuple(notes),
+    )
+    if not errors:
+        _cross_check(family, None, root / BENCHMARK_FILE)
     return family
 
 
@@ -368,6 +528,19 @@ def _cross_check(family: Family, data: Any, bench_path: Path) -> None:
                     f"duplicate scenario id {sid!r} (also in {scenario_ids[sid].name})",
                 )
             scenario_ids[sid] = art.path
+    known = dict(controls)
+    for art in family.articles:
+        for alias in art.meta.aliases:
+            other = known.get(alias)
+            if other is not None and other != art.path:
+                what = "the control id" if alias in controls else "an alias"
+                raise SpecError(
+                    art.path,
+                    art.alias_line or 1,
+                    f"alias {alias!r} of control {art.control_id!r} is also {what} of "
+                    f"{other.name}: an alias must name one control",
+                )
+            known[alias] = art.path
     for pillar in spec.pillars:
         members = [
             a for a in family.articles if a.meta.pillar == pillar.key and a.meta.pack is None
@@ -398,7 +571,10 @@ def _cross_check(family: Family, data: Any, bench_path: Path) -> None:
                 f"(missing in {', '.join(missing)})",
             )
     for name, preset in spec.presets.items():
-        _check_preset(name, preset, controls, pillars, data, bench_path, spec)
+        _check_preset(name, preset, known, pillars, data, bench_path, spec)
+    from ._suites import check_suites
+
+    check_suites(spec, data, bench_path, known, pillars)
 
 
 def _pillar_line(data: Any, spec: BenchmarkSpec, key: str) -> int | None:
@@ -527,7 +703,7 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
                 if a.meta.pack is None or a.meta.pack in pack_names
             ]
         else:
-            wanted += list(p.controls)
+            wanted += [_canonical(family, c) for c in p.controls]
     wanted += [a.control_id for a in family.articles if a.meta.pack in pack_names]
     order = {a.control_id: i for i, a in enumerate(family.articles)}
     # Controls of articles that failed to load are absent; their files report the error.
@@ -547,7 +723,10 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
         o = p.aggregation
         root_agg = o.root or root_agg
         pillar_agg = _override(pillar_agg, o.pillars)
-        article_agg = _override(article_agg, o.articles)
+        articles = o.articles
+        if isinstance(articles, dict):  # keyed by control id or alias
+            articles = {_canonical(family, k): v for k, v in articles.items()}
+        article_agg = _override(article_agg, articles)
     bands = family.bands
     for p in (base, *packs):
         bands = _spec_bands(p.bands, bands)
@@ -567,6 +746,12 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
         mode_b=base.mode_b,
         note=note,
     )
+
+
+def _canonical(family: Family, control_id: str) -> str:
+    """The control id that *control_id* (an id or an alias) names; itself when unknown."""
+    art = family.resolve(control_id)
+    return control_id if art is None else art.control_id
 
 
 def _override(current: Mapping[str, str], change: Mapping[str, str] | str | None) -> dict[str, str]:

@@ -77,6 +77,9 @@ _RECORD_FIELDS = (
     "stratum",
     "adversarial",
     "labels",
+    "rationale",
+    "skip_reason",
+    "prompt_mismatch",
     "judge",
     "verdict",
     "error",
@@ -229,6 +232,8 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
         "started_at": outcome.started_at,
         "ended_at": rfc3339(ended_at),
         "plugin_version": __version__,
+        # the pull-request check, where it applies: suites, baseline, regression, comparison
+        **outcome.pr,
     }
 
 
@@ -265,7 +270,7 @@ def family_files(plan: Plan) -> dict[str, str]:
     """SHA-256 (over raw bytes) of every file of the family the run used, by family-relative path."""
     family = plan.family
     files: dict[str, Path] = {}
-    if not family.single_file:
+    if not family.single_file and not family.agenteval_folder:  # an AgentEval folder has none
         files["benchmark.yaml"] = family.root / "benchmark.yaml"
     if family.judge_prompt_path is not None:
         files[family.judge_prompt_path.relative_to(family.root.resolve()).as_posix()] = (
@@ -334,7 +339,11 @@ def report_records(
                 record["file"] = (
                     f"{plan.family.name}/{art.path.relative_to(plan.family.root).as_posix()}"
                 )
+                record["bundled"] = True  # not a file of the repository (SARIF locates it apart)
             record["line"] = art.lines.get(payload["scenario_id"])
+            scenario = next((s for s in art.scenarios if s.id == payload["scenario_id"]), None)
+            declared = (scenario.severity if scenario is not None else None) or art.meta.severity
+            record["declared_severity"] = declared
             record["article"] = {
                 "control_id": art.control_id,
                 "title": art.meta.title,
@@ -376,6 +385,8 @@ class RunRecorder:
             "dependencies": _versions(),
             "family": plan.family.name,
             "family_version": plan.family.spec.version,
+            # what loading assumed (an AgentEval folder: renormalised weights, ...)
+            **({"family_notes": list(plan.family.notes)} if plan.family.notes else {}),
             "preset": plan.preset,
             "subject": bucket.subject,
             "subject_origin": state.subject_origin,

@@ -37,8 +37,11 @@ __all__ = [
     "ANSWER_LIMIT",
     "DISCLAIMER",
     "MARKDOWN_BUDGET",
+    "build_calibration_view",
     "build_view",
     "clean_text",
+    "render_calibration_html",
+    "render_calibration_markdown",
     "render_html",
     "render_markdown",
 ]
@@ -574,6 +577,12 @@ def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _pr_view(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    from ._compare import report_view
+
+    return report_view(summary)
+
+
 def build_view(
     summary: Mapping[str, Any],
     records: Sequence[Mapping[str, Any]],
@@ -728,6 +737,7 @@ def build_view(
         if isinstance(calibration, Mapping)
         else None,
         "disclaimer": DISCLAIMER,
+        "pr": _pr_view(s),  # suites and the comparison with the baseline (pull-request check)
     }
 
 
@@ -819,6 +829,7 @@ def _environment() -> Any:
         "mdcode": md_code,
         "mdtick": md_tick,
         "mdbar": md_bar,
+        "ci": fmt_ci,
     }
     env.filters.update(filters)
     return env
@@ -875,3 +886,277 @@ def render_html(
     """``report.html``: one self-contained page (inline CSS and SVG, no script, no network)."""
     view = build_view(summary, records, calibration=calibration)
     return str(_environment().get_template("report.html.j2").render(v=view))
+
+
+# --------------------------------------------------------------------------- calibration report
+#
+# A calibration run has no subject, no tree and no scenario verdicts: its own
+# report shows the judge against the labels — the pillars (n, accuracy and κ
+# with their intervals, the raters' Fleiss ceiling, the gate), the confusion,
+# the reliability diagram, every entry where the judge disagreed with the
+# label (both rationales), and the lineage (judges, prompts, golden files).
+
+#: Characters of a label's rationale or a judge's reasoning shown in report.html.
+RATIONALE_LIMIT = 2000
+_CAL_STATUS = ("pass", "fail", "insufficient")
+
+
+def _ci(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        lo, hi = _num(value[0]), _num(value[1])
+        if lo is not None and hi is not None:
+            return (lo, hi)
+    return None
+
+
+def fmt_ci(value: Any, digits: int = 2) -> str:
+    """``[0.47, 1.00]``; empty when there is no interval."""
+    ci = _ci(value)
+    return "" if ci is None else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def _pct_ci(value: Any) -> str:
+    """``[92.3%, 100.0%]``: an accuracy interval in the percentages accuracy is shown in."""
+    ci = _ci(value)
+    return "" if ci is None else f"[{fmt_pct(ci[0])}, {fmt_pct(ci[1])}]"
+
+
+def _cal_status(gate: Mapping[str, Any]) -> str:
+    status = gate.get("status")
+    if status in _CAL_STATUS:
+        return str(status)
+    passed = gate.get("passed")
+    return "none" if passed is None else "pass" if passed else "fail"
+
+
+def _cal_row(name: str, data: Any) -> dict[str, Any]:
+    data = _map(data)
+    gate = _map(data.get("gate"))
+    kappa, ceiling = _num(data.get("kappa")), _num(data.get("inter_rater_fleiss_kappa"))
+    other = _map(data.get("calibration_split"))
+    return {
+        "name": name,
+        "n": _num(data.get("n")),
+        "entries": _num(data.get("entries")),
+        "accuracy": _num(data.get("accuracy")),
+        "accuracy_ci": _pct_ci(data.get("accuracy_ci")),
+        "kappa": kappa,
+        "kappa_ci": fmt_ci(data.get("kappa_ci")),
+        "fleiss": ceiling,
+        "fleiss_n": _num(data.get("inter_rater_n")),
+        "above_ceiling": kappa is not None and ceiling is not None and kappa > ceiling,
+        "brier": _num(data.get("brier")),
+        "ece": _num(data.get("ece")),
+        "auc": _num(data.get("auc")),
+        "errors": int(_num(data.get("evaluation_failures")) or 0),
+        "not_gradable": int(_num(data.get("not_gradable")) or 0),
+        "threshold": _threshold_text(gate.get("threshold")),
+        "gate": _cal_status(gate),
+        "reasons": [_s(r) for r in _list(gate.get("reasons"))],
+        "notes": [_s(n) for n in _list(gate.get("notes"))],
+        "other": (
+            {
+                "n": _num(other.get("n")),
+                "accuracy": _num(other.get("accuracy")),
+                "kappa": _num(other.get("kappa")),
+            }
+            if other
+            else None
+        ),
+    }
+
+
+def _location(entry: Mapping[str, Any]) -> str:
+    where = _s(entry.get("file"))
+    line = _num(entry.get("line"))
+    return f"{where}:{int(line)}" if where and line is not None else where
+
+
+def _disagreement_view(d: Mapping[str, Any], limit: int) -> dict[str, Any]:
+    band = _list(d.get("band"))
+    lo = _num(band[0]) if len(band) == 2 else None
+    hi = _num(band[1]) if len(band) == 2 else None
+    rationale, rationale_cut = _truncate(_s(d.get("rationale")), limit)
+    reasoning, reasoning_cut = _truncate(_s(d.get("reasoning")), limit)
+    score = _num(d.get("score"))
+    expected, actual = _verdict(d.get("expected")), _verdict(d.get("actual"))
+    in_band = score is not None and lo is not None and hi is not None and lo <= score <= hi
+    return {
+        "id": _s(d.get("id")) or "?",
+        "pillar": _s(d.get("pillar")),
+        "article": _s(d.get("article")),
+        "location": _location(d),
+        "split": _s(d.get("split")),
+        "adversarial": _s(d.get("adversarial")),
+        "expected": expected,
+        "band": "—" if lo is None or hi is None else f"{fmt_score(lo)}–{fmt_score(hi)}",
+        "actual": actual,
+        "score": score,
+        "why": "verdict differs" if expected != actual else "score outside the band",
+        "in_band": in_band,
+        "rationale": rationale,
+        "rationale_cut": rationale_cut,
+        "reasoning": reasoning,
+        "reasoning_cut": reasoning_cut,
+    }
+
+
+def _cal_lineage(s: Mapping[str, Any], cal: Mapping[str, Any]) -> dict[str, Any]:
+    lin = _map(cal.get("lineage"))
+    judges = [
+        f"{_s(j.get('spec'))}"
+        + (
+            f" (model {_s(j.get('model_requested'))})"
+            if j.get("model_requested") and _s(j.get("model_requested")) not in _s(j.get("spec"))
+            else ""
+        )
+        for j in _list(lin.get("judges"))
+        if isinstance(j, Mapping)
+    ]
+    if not judges:
+        judge = s.get("judge")
+        judges = [_s(j) for j in judge] if isinstance(judge, list) else [_s(judge)]
+    prompt = _map(lin.get("judge_prompt"))
+    used = [
+        (_s(p.get("version")) + " " if p.get("version") else "") + _s(p.get("sha256"))
+        for p in _list(lin.get("prompts_used"))
+        if isinstance(p, Mapping)
+    ]
+    prompt_text = _s(prompt.get("version")) or "—"
+    if prompt.get("file"):
+        prompt_text = f"{_s(prompt.get('file'))} ({prompt_text})"
+    rows = [
+        ("Run id", _s(s.get("run_id")) or "—"),
+        ("Started", _s(s.get("started_at")) or "—"),
+        ("Ended", _s(s.get("ended_at")) or "—"),
+        ("Plugin version", _s(s.get("plugin_version")) or "—"),
+        ("Family", f"{_s(s.get('family'))} {_s(s.get('family_version'))}".strip() or "—"),
+        ("Judges", ", ".join(j for j in judges if j) or "—"),
+        (
+            "Models that answered",
+            ", ".join(_s(m) for m in _list(lin.get("models_returned")))
+            or "— (no model call: offline judge or cache)",
+        ),
+        ("Family judge prompt", prompt_text),
+        ("Family judge prompt SHA-256", _s(prompt.get("sha256")) or "— (built-in default prompt)"),
+        ("Judge prompts used (version SHA-256)", "; ".join(used) or "—"),
+        ("Evidence chain head", _s(s.get("chain_head")) or "—"),
+        ("Summary schema", _s(s.get("schema")) or "—"),
+    ]
+    files = [
+        {
+            "path": _s(f.get("path")),
+            "sha256": _s(f.get("sha256")),
+            "entries": int(_num(f.get("entries")) or 0),
+        }
+        for f in _list(lin.get("golden_files"))
+        if isinstance(f, Mapping)
+    ]
+    return {"rows": rows, "files": files}
+
+
+def build_calibration_view(
+    summary: Mapping[str, Any],
+    calibration: Mapping[str, Any],
+    *,
+    text_limit: int = RATIONALE_LIMIT,
+) -> dict[str, Any]:
+    """What both calibration reports show: cleaned, formatted-ready, one view for both."""
+    s = _map(_deep_clean(summary))
+    cal = _map(_deep_clean(calibration))
+    base = _calibration_view(cal)
+    pillars = _map(cal.get("pillars"))
+    rows = [_cal_row(k, v) for k, v in pillars.items()]
+    overall = _cal_row("overall", cal.get("overall"))
+    gate = _map(cal.get("gate"))
+    status = _cal_status(gate)
+    if status == "none":
+        status = "fail"
+    judges = s.get("judge")
+    judge = ", ".join(_s(j) for j in judges) if isinstance(judges, list) else _s(judges)
+    th = _map(_get(cal, "overall", "gate", "threshold"))
+    stability = _map(cal.get("stability"))
+    cost = _map(_get(s, "cost", "total"))
+    return {
+        "family": _s(s.get("family") or cal.get("family")),
+        "family_version": _s(s.get("family_version")),
+        "judge": judge,
+        "rules_only": judge.strip() in ("rules", ""),
+        "thresholds_of": _s(cal.get("preset_thresholds")) or "standard",
+        "split": _s(cal.get("split")) or "holdout",
+        "gate_on": _s(gate.get("on")) or "point",
+        "min_n": int(_num(gate.get("min_n")) or 0),
+        "threshold": _threshold_text(th) or "—",
+        "max_errors": int(_num(th.get("max_evaluation_failures")) or 0),
+        "status": status,
+        "tone": {"pass": "pass", "insufficient": "warn"}.get(status, "fail"),
+        "reasons": [_s(r) for r in _list(gate.get("reasons"))],
+        "notes": [_s(n) for n in _list(gate.get("notes"))],
+        "insufficient": [_s(p) for p in _list(gate.get("insufficient"))],
+        "overall": overall,
+        "rows": rows,
+        "any_fleiss": any(r["fleiss"] is not None for r in [overall, *rows]),
+        "any_other": any(r["other"] is not None for r in [overall, *rows]),
+        "has_auc": any(r["auc"] is not None for r in [overall, *rows]),
+        "labels": base["labels"],
+        "confusion": base["confusion"],
+        "classes": base["classes"],
+        "bins": [b for b in base["bins"] if _num(b.get("n"))],
+        "chart": base["chart"],
+        # not "items": Jinja would find the dict method of that name first
+        "counts": {
+            k: int(_num(_get(s, "items", k)) or 0)
+            for k in ("passed", "failed", "errors", "skipped")
+        },
+        "disagreements": [
+            _disagreement_view(d, text_limit)
+            for d in _list(cal.get("disagreements"))
+            if isinstance(d, Mapping)
+        ],
+        "failures": [
+            {
+                "id": _s(e.get("id")) or "?",
+                "pillar": _s(e.get("pillar")),
+                "location": _location(e),
+                "error": _s(e.get("error")) or "unknown error",
+            }
+            for e in _list(cal.get("evaluation_failures"))
+            if isinstance(e, Mapping)
+        ],
+        "not_gradable": int(_num(cal.get("not_gradable")) or 0),
+        "skipped": int(_num(_get(cal, "skipped", "total")) or 0),
+        "skipped_by": [
+            (_s(k), int(_num(n) or 0)) for k, n in _map(_get(cal, "skipped", "by_reason")).items()
+        ],
+        "prompt_mismatch": int(_num(cal.get("prompt_mismatch")) or 0),
+        "stability": stability or None,
+        "tokens": {
+            "prompt": int(_num(cost.get("prompt_tokens")) or 0),
+            "completion": int(_num(cost.get("completion_tokens")) or 0),
+            "usd": _num(cost.get("usd")),
+        },
+        "lineage": _cal_lineage(s, cal),
+        "chain_head": _s(s.get("chain_head")),
+        "run_id": _s(s.get("run_id")),
+        "plugin_version": _s(s.get("plugin_version")),
+    }
+
+
+def render_calibration_markdown(summary: Mapping[str, Any], calibration: Mapping[str, Any]) -> str:
+    """``report.md`` of a calibration run; sheds the texts of disagreements to fit a PR comment."""
+    template = _environment().get_template("calibration.md.j2")
+    # (characters of each rationale and reasoning, disagreements listed in full); None: all
+    steps: list[tuple[int, int | None]] = [(600, None), (240, None), (120, 60), (0, 60), (0, 20)]
+    text = ""
+    for i, (limit, listed) in enumerate(steps):
+        view = build_calibration_view(summary, calibration, text_limit=max(limit, 1))
+        text = template.render(v=view, show_texts=limit > 0, listed=listed, trimmed=i > 0)
+        if len(text) <= MARKDOWN_BUDGET:
+            break
+    return text
+
+
+def render_calibration_html(summary: Mapping[str, Any], calibration: Mapping[str, Any]) -> str:
+    """``report.html`` of a calibration run: one self-contained page, no script, no network."""
+    view = build_calibration_view(summary, calibration)
+    return str(_environment().get_template("calibration.html.j2").render(v=view))

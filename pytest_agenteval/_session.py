@@ -24,6 +24,7 @@ import pytest
 
 from . import _settings as settings
 from ._collect import AgentevalError, ScenarioItem
+from ._compat import is_agenteval_dir
 from ._cost import DEFAULT_RATES, Budget, parse_rates
 from ._evals import EvalResult
 from ._family import (
@@ -88,7 +89,7 @@ def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
         candidate = Path(name)
         if not candidate.is_absolute():
             candidate = Path(config.invocation_params.dir) / candidate
-        if is_family_dir(candidate):
+        if is_family_dir(candidate) or is_agenteval_dir(candidate):
             roots.append(candidate.resolve())
         elif name in bundled:
             roots.append(bundled[name].resolve())
@@ -98,7 +99,7 @@ def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
             known = ", ".join(sorted(bundled)) or "none"
             raise pytest.UsageError(
                 f"--bench: no family {name!r} (bundled: {known}; or give the path of a folder "
-                "with a benchmark.yaml)"
+                "with a benchmark.yaml, or of a folder of AgentEval article files)"
             )
     return roots
 
@@ -155,6 +156,8 @@ class FamilyOutcome:
     run_id: str = ""
     head: str = ""
     started_at: str = ""
+    #: summary.json keys of the pull-request check: suites, baseline, regression, comparison
+    pr: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -167,6 +170,9 @@ class CalibrationBucket:
     subject: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     recorder: RunRecorder | None = None
+    # entries the family cannot grade (unknown article or scenario): counted, kept
+    # in the evidence, never in the metrics
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -300,6 +306,21 @@ def _settings_dict(settings: Any) -> dict[str, Any] | None:
     return {k: getattr(settings, k) for k in keep if hasattr(settings, k)}
 
 
+def _calibration_choice(
+    config: pytest.Config, dest: str, choices: tuple[str, ...], default: str
+) -> str:
+    """A calibration option limited to *choices* (the flag's are checked by argparse; the ini's here)."""
+    value = settings.raw(config, dest)
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in choices:
+        raise pytest.UsageError(
+            f"{settings.option_name(dest)}: expected one of {', '.join(choices)}, got {value!r}"
+        )
+    return text
+
+
 def _merge_thresholds(base: Any, spec: Any) -> Any:
     from ._calibration import Thresholds
 
@@ -350,8 +371,10 @@ class AgentevalState:
         self.max_cost = settings.number(
             config, "agenteval_max_cost", None, inclusive=True, what="a budget in USD"
         )
+        # limits of the run, not of each process: -n 4 must not send four times as many
+        concurrency = settings.integer(config, "agenteval_concurrency", 8)
         self.scheduler = Scheduler(
-            settings.integer(config, "agenteval_concurrency", 8),
+            max(1, concurrency // workers),
             Budget(None if self.max_cost is None else self.max_cost / workers),
             self.rates,
         )
@@ -371,6 +394,11 @@ class AgentevalState:
             or "holdout"
         )
         self.calibration_repeat = settings.integer(config, "agenteval_calibration_repeat", 1)
+        self.calibration_min_n = settings.integer(config, "agenteval_calibration_min_n", 10)
+        self.calibration_gate_on = _calibration_choice(
+            config, "agenteval_calibration_gate_on", ("point", "lower"), "point"
+        )
+        self._golden_roots: list[Path] | None = None
         self.calibration: dict[str, CalibrationBucket] = {}
         self.calibration_outcomes: list[CalibrationOutcome] = []
         self._golden_ids: dict[str, dict[str, str]] = {}
@@ -387,6 +415,10 @@ class AgentevalState:
         self.reported: set[str] = set()
         self.collection_errors = 0
         self._id_index: dict[str, dict[str, ItemRef]] | None = None
+        from ._prcheck import PullRequestCheck
+
+        # --baseline resolved and verified now, before any subject or judge is called
+        self.pr = PullRequestCheck(self)
 
     # ------------------------------------------------------------------ configuration
 
@@ -443,13 +475,44 @@ class AgentevalState:
 
     # ------------------------------------------------------------------ calibration
 
+    def named_paths(self) -> list[Path]:
+        """Paths named on the command line (files or folders), resolved; empty when none was.
+
+        pytest's own default (the invocation folder, or ``testpaths``) is not
+        a named path. xdist workers re-parse the original command line, so
+        they decide the same way.
+        """
+        if self.config.args_source != pytest.Config.ArgsSource.ARGS:
+            return []
+        base = Path(self.config.invocation_params.dir)
+        return [(base / str(arg).split("::", 1)[0]).resolve() for arg in self.config.args]
+
+    def golden_selected(self, path: Path) -> bool:
+        """Does a calibration run grade this ``.jsonl`` file?
+
+        A run that names paths grades those paths only (a file, or the
+        ``.jsonl`` files inside a named folder), as pytest does everywhere
+        else. Only when no path is named does it grade :meth:`golden_roots`.
+        """
+        resolved = path.resolve()
+        named = self.named_paths()
+        if named:
+            return any(resolved == p or resolved.is_relative_to(p) for p in named)
+        return any(resolved.is_relative_to(r) for r in self.golden_roots())
+
     def golden_roots(self) -> list[Path]:
-        """Golden folders that ``-m calibration`` collects.
+        """Golden folders that ``-m calibration`` collects when no path is named.
 
         With ``--bench``: the golden folders of those families (bundled, in the
-        rootdir's ``golden/<family>``, or a family's own ``golden/``). Without:
-        the rootdir's ``golden/`` when it has one, else the bundled datasets.
+        rootdir's ``golden/<family>``, or a family's own ``golden/``) and
+        nothing else. Without: the rootdir's ``golden/`` when it has one, else
+        the bundled datasets.
         """
+        if self._golden_roots is None:
+            self._golden_roots = self._find_golden_roots()
+        return self._golden_roots
+
+    def _find_golden_roots(self) -> list[Path]:
         local = Path(self.config.rootpath) / "golden"
         found: dict[Path, None] = {}
         if self.bench_roots:
@@ -480,20 +543,32 @@ class AgentevalState:
         local = _search_rootdir(Path(self.config.rootpath), name)
         if local is not None:
             return self.family(local)
-        wanted = entries[0].article if entries else None
-        candidates = self.bench_roots or list(by_name.values())
-        for root in candidates:
+        # the family that has (by control id or alias) the most of the entries' articles
+        articles = {e.article for e in entries}
+        best, best_n = None, 0
+        for root in self.bench_roots or list(by_name.values()):
             try:
                 family = self.family(root)
             except SpecError:
                 continue  # a broken family is reported when it is run, not here
-            if any(a.control_id == wanted for a in family.articles):
-                return family
+            n = sum(family.resolve(a) is not None for a in articles)
+            if n > best_n:
+                best, best_n = family, n
+        if best is not None:
+            return best
+        if len(self.bench_roots) == 1:  # the family asked for; its unknown entries are skipped
+            return self.family(self.bench_roots[0])
+        wanted = entries[0].article if entries else None
+        advice = (
+            "none of the --bench families has a control (or alias) of that name"
+            if self.bench_roots
+            else "put it in golden/<family>/ or pass --bench=FAMILY"
+        )
         raise SpecError(
             path,
             entries[0].line if entries else None,
             f"no benchmark family found for this golden file (folder {name!r}; "
-            f"article {wanted!r}); put it in golden/<family>/ or pass --bench",
+            f"article {wanted!r}); {advice}",
         )
 
     def claim_golden_ids(self, family: Family, entries: list[Any]) -> None:
@@ -672,7 +747,7 @@ class AgentevalState:
     def grade(self, item: ScenarioItem, fixture_value: Any = None) -> None:
         subject = self.subject_for(item, fixture_value)
         judges = self.judges()
-        upcoming = upcoming_items(item) if self._subject_shared else []
+        upcoming = upcoming_items(item, 4 * self.scheduler.window) if self._subject_shared else []
         try:
             run = self.scheduler.run(item, subject, judges, upcoming)
         except ConfigError as exc:
@@ -892,7 +967,7 @@ class AgentevalState:
         for arg in self.config.args:
             path = (base / str(arg).split("::", 1)[0]).resolve()
             with contextlib.suppress(SpecError, ValueError, OSError):
-                if is_family_dir(path):
+                if is_family_dir(path) or is_agenteval_dir(path):
                     self.family(path)
                 elif path.suffix in (".yaml", ".yml") and is_family_dir(path.parent):
                     self.family(path.parent)
@@ -937,7 +1012,7 @@ class AgentevalState:
             bucket = self.calibration[payload["family_root"]] = CalibrationBucket(
                 payload["family_root"], self.preset or "standard", False, payload["subject"]
             )
-        bucket.rows.append(payload)
+        (bucket.skipped if payload.get("skip_reason") else bucket.rows).append(payload)
         if self.is_worker:
             return
         if bucket.recorder is None:
@@ -968,8 +1043,16 @@ class AgentevalState:
                 plan,
                 {sid: [r for _, r in sorted(runs.items())] for sid, runs in bucket.leaves.items()},
             )
-            gate = decide_gate(plan, tree, interrupted=interrupted)
-            outcome = FamilyOutcome(plan, tree, gate, bucket)
+            terms = self.pr.family_terms(plan, tree, bucket)
+            gate = decide_gate(
+                plan,
+                tree,
+                interrupted=interrupted,
+                suites=terms.suites,
+                regression=terms.comparison.regression if terms.comparison else None,
+                baseline_label=terms.baseline_label,
+            )
+            outcome = FamilyOutcome(plan, tree, gate, bucket, pr=terms.fields)
             self.outcomes.append(outcome)
             recorder = bucket.recorder
             if recorder is None:
@@ -984,6 +1067,8 @@ class AgentevalState:
             # the same number the gate names: items with no grade (errors, lost, not run)
             not_evaluated = tree.counts()["error"] if tree is not None else 0
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
+            self.pr.after_run(outcome, summary, interrupted)
+        self.pr.write_job_summary()
         for cal in self.calibration.values():
             self.calibration_outcomes.append(self._finish_calibration(cal, interrupted))
 
@@ -998,9 +1083,12 @@ class AgentevalState:
         from . import __version__
         from ._junit import junit_xml
         from ._output import report_records
+        from ._prcheck import bundled_location, repo_root
         from ._sarif import sarif_json
 
-        records = report_records(plan, list(bucket.records.values()), Path(self.config.rootpath))
+        records = report_records(
+            plan, list(bucket.records.values()), repo_root(Path(self.config.rootpath))
+        )
         run = {
             "family": plan.family.name,
             "preset": plan.preset,
@@ -1014,6 +1102,9 @@ class AgentevalState:
             "subject": bucket.subject,
             "completed": not interrupted,
             "interrupted": interrupted,
+            # where a bundled family's findings show in code scanning (its files are not in
+            # the repository): the pytest configuration that runs it
+            "bundled_location": bundled_location(self.config, plan.family.name),
         }
         redact = self.redactor.text
         recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
@@ -1043,7 +1134,16 @@ class AgentevalState:
     def _finish_calibration(
         self, bucket: CalibrationBucket, interrupted: bool
     ) -> CalibrationOutcome:
-        from ._calibration import calibration_report, default_thresholds
+        from . import __version__
+        from ._calibration import (
+            calibration_cost,
+            calibration_report,
+            calibration_summary,
+            default_thresholds,
+            judge_lineage,
+        )
+        from ._golden import triage_summary
+        from ._output import judge_prompt_lineage, rfc3339
 
         family = self.family(Path(bucket.family_root))
         preset_name = self.preset or "standard"
@@ -1057,44 +1157,97 @@ class AgentevalState:
             if p.calibration is not None
         }
         report = calibration_report(
-            bucket.rows, split=self.calibration_split, thresholds=per_pillar, default=default
+            bucket.rows,
+            split=self.calibration_split,
+            thresholds=per_pillar,
+            default=default,
+            min_n=self.calibration_min_n,
+            gate_on=self.calibration_gate_on,
         )
         report["family"] = family.name
         report["judge"] = self.judge_specs or ["rules"]
         report["preset_thresholds"] = preset_name
+        report.update(triage_summary([*bucket.rows, *bucket.skipped]))  # skips, prompt mismatches
         skipped = sum(1 for r in bucket.rows if r["verdict"] == "skipped")
         if skipped:
             report["not_gradable"] = skipped
         if interrupted:
             report["gate"]["passed"] = False
+            report["gate"]["status"] = "fail"
             report["gate"]["reasons"].append("the run was interrupted")
         outcome = CalibrationOutcome(family.name, report, bucket)
         recorder = bucket.recorder
         if recorder is not None:
-            recorder.write_json("calibration.json", report)
-            summary = {
-                "family": family.name,
-                "preset": f"calibration ({preset_name} thresholds)",
-                "subject": bucket.subject,
-                "judge": report["judge"],
-                "score": None,
-                "verdict": "pass" if report["gate"]["passed"] else "fail",
-                "gate": {
-                    "passed": report["gate"]["passed"],
-                    "reasons": report["gate"]["reasons"],
-                    "notes": [],
-                },
-                "items": {},
-                "nodes": [],
-                "run_id": recorder.run_id,
-                "started_at": recorder.started_at,
-                "chain_head": recorder.writer.head,
+            plan = self.plan(family)
+            report["lineage"] = {
+                **judge_lineage(bucket.rows, self.judge_descriptions()),
+                "judge_prompt": judge_prompt_lineage(plan),
+                "golden_files": self._golden_lineage(family, bucket.rows),
             }
+            recorder.write_json("calibration.json", report)
+            summary = calibration_summary(
+                report,
+                [*bucket.rows, *bucket.skipped],  # every item: skipped entries count as skipped
+                run_id=recorder.run_id,
+                family=family.name,
+                family_version=family.spec.version,
+                preset=f"calibration ({preset_name} thresholds)",
+                subject=bucket.subject,
+                judges=report["judge"],
+                bands={"pass": plan.root_bands.pass_, "warn": plan.root_bands.warn},
+                cost=calibration_cost(bucket.rows, self.rates),
+                chain_head=recorder.writer.head,
+                started_at=recorder.started_at,
+                ended_at=rfc3339(datetime.now(timezone.utc)),
+                plugin_version=__version__,
+            )
             recorder.write_json("summary.json", summary)
-            self._write_human_reports(recorder, summary, [], calibration=report)
+            self._write_calibration_reports(recorder, summary, report)
             outcome.run_dir, outcome.head = recorder.run_dir, recorder.writer.head
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=0)
         return outcome
+
+    def _golden_lineage(self, family: Family, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each golden file graded: where it is (rootdir-relative when inside), SHA-256, entries."""
+        import hashlib
+
+        root = Path(self.config.rootpath).resolve()
+        entries: dict[str, set[str]] = {}
+        for r in rows:
+            entries.setdefault(str(r.get("file")), set()).add(str(r["id"]))
+        out = []
+        for path in sorted(self._golden_files(family)):
+            resolved = path.resolve()
+            shown = (
+                resolved.relative_to(root).as_posix()
+                if resolved.is_relative_to(root)
+                else f"golden/{family.name}/{path.name}"
+            )
+            out.append(
+                {
+                    "path": shown,
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                    "entries": len(entries.get(path.name, ())),
+                }
+            )
+        return out
+
+    def _write_calibration_reports(
+        self, recorder: RunRecorder, summary: dict[str, Any], report: dict[str, Any]
+    ) -> None:
+        """report.md and report.html of a calibration run: its own report, not a benchmark's."""
+        from ._report import render_calibration_html, render_calibration_markdown
+
+        clean_summary = self.redactor.data(summary)
+        clean_report = self.redactor.data(report)
+        md = render_calibration_markdown(clean_summary, clean_report)
+        html = render_calibration_html(clean_summary, clean_report)
+        recorder.write_bytes(
+            "report.md", self.redactor.text(md).encode("utf-8", "backslashreplace")
+        )
+        recorder.write_bytes(
+            "report.html", self.redactor.text(html).encode("utf-8", "backslashreplace")
+        )
 
     def exitstatus(self, current: int | pytest.ExitCode) -> int | pytest.ExitCode:
         """The gate decides for agenteval items; other tests keep pytest's rule.

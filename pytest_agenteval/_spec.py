@@ -148,6 +148,9 @@ class ArticleMeta(_Strict):
     rubric: list[Annotated[Criterion, BeforeValidator(_criterion)]] = Field(default_factory=list)
     required: StrictBool = False
     pack: StrictStr | None = None
+    #: Other ids of this control (AgentEval's, a former id): golden entries'
+    #: ``article`` and presets' ``controls`` may name the control by any of them.
+    aliases: list[Annotated[StrictStr, Field(min_length=1)]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _thresholds(self) -> ArticleMeta:
@@ -217,6 +220,43 @@ class GateSpec(_Strict):
     max_errors: Annotated[StrictInt, Field(ge=0)] = 0
     max_critical_failures: Annotated[StrictInt, Field(ge=0)] = 0
     max_injection_suspected: Annotated[StrictInt, Field(ge=0)] = 0
+    #: Largest significant drop against a baseline run (see _compare.py); with a
+    #: baseline and no bound given, 0: any significant drop fails.
+    regression_max: Unit | None = None
+    #: Significance level of the regression's sign test (default 0.05).
+    regression_alpha: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
+    #: Per-suite floors for the suites' metrics, overriding a suite's own suite_min.
+    suite_min: dict[StrictStr, Unit] = Field(default_factory=dict)
+
+
+class SuiteSelect(_Strict):
+    """Which scenarios a suite holds: each key given narrows; within a key, any value matches."""
+
+    tags: list[StrictStr] | None = None
+    patterns: list[Literal["direct", "trap", "edge-case", "probe"]] | None = None
+    articles: list[StrictStr] | None = None  # control ids (or their aliases)
+    pillars: list[StrictStr] | None = None
+    ids: list[StrictStr] | None = None  # shell-style globs over scenario ids
+
+    @model_validator(mode="after")
+    def _something(self) -> SuiteSelect:
+        if all(
+            v is None for v in (self.tags, self.patterns, self.articles, self.pillars, self.ids)
+        ):
+            raise ValueError("select at least one of tags, patterns, articles, pillars, ids")
+        return self
+
+
+class SuiteSpec(_Strict):
+    """A named, weighted selection of scenarios with its own metric (Layerup 13.1)."""
+
+    name: StrictStr = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    title: StrictStr = ""
+    select: SuiteSelect
+    weight: Annotated[Number, Field(ge=0.0, le=1.0)]
+    metric: Literal["mean_score", "pass_rate"] = "mean_score"
+    suite_min: Unit | None = None
+    required: StrictBool = False
 
 
 class AggregationOverrides(_Strict):
@@ -251,6 +291,7 @@ class BenchmarkSpec(_Strict):
     gate: GateSpec = Field(default_factory=GateSpec)
     pillars: list[PillarSpec] = Field(min_length=1)
     presets: dict[StrictStr, PresetSpec] = Field(default_factory=dict)
+    suites: list[SuiteSpec] = Field(default_factory=list)
 
 
 def _rename(data: Any, aliases: dict[str, str]) -> Any:

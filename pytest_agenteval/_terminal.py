@@ -97,6 +97,7 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
                 f"tokens: {cost['prompt_tokens']} in, {cost['completion_tokens']} out; cost {usd}"
             )
         _write_cache_line(tr, list(outcome.bucket.records.values()))
+        _write_pr_check(tr, outcome.pr)
         for note in gate.notes:
             tr.write_line(f"note: {note}", yellow=True)
         if gate.passed:
@@ -108,6 +109,32 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
             tr.write_line(f"run directory: {where}")
             tr.write_line(f"evidence chain head: {outcome.head}")
             tr.write_line(f"  check it: agenteval verify {where} --expect-head {outcome.head}")
+    state.pr.write_annotations(tr)  # ::error lines for GitHub Actions (GITHUB_ACTIONS=true)
+
+
+def _write_pr_check(tr: Any, pr: dict[str, Any]) -> None:
+    """The suites and the comparison with the baseline (worst first), when the run has them."""
+    from ._compare import comparison_text
+
+    suites = pr.get("suites") or {}
+    if suites.get("items"):
+        parts = []
+        for s in suites["items"]:
+            value = "not run" if s.get("value") is None else format_score(s["value"])
+            if s.get("status") == "not graded":
+                value = "not graded"
+            floor = f" ≥ {format_score(s['suite_min'])}" if s.get("suite_min") is not None else ""
+            parts.append(f"{s['name']} {value} ({s['metric']}, w {s['weight']:.2f}{floor})")
+        bench = suites.get("bench")
+        shown = "  -  " if bench is None else format_score(bench)
+        tr.write_line(f"suites: bench {shown} = " + " · ".join(parts))
+    if pr.get("comparison"):
+        reg = pr.get("regression") or {}
+        for i, line in enumerate(comparison_text(pr)):
+            red = reg.get("failed_gate") and (i == 0 or line.lstrip().startswith("regression:"))
+            tr.write_line(line, red=bool(red), bold=i == 0)
+    elif pr.get("baseline_note"):
+        tr.write_line(f"baseline: {pr['baseline_note']}", yellow=True)
 
 
 def write_condition_comparison(tr: Any, state: AgentevalState) -> None:
@@ -131,66 +158,132 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return "  -  " if value is None else f"{value:.{digits}f}"
 
 
+def _with_ci(value: Any, ci: Any, digits: int) -> str:
+    """``0.753 [0.47, 1.00]``: a point estimate and its 95 % interval, when there is one."""
+    if value is None:
+        return "n/a"
+    text = f"{value:.{digits}f}"
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
+        text += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return text
+
+
+_CAL_GATE = {"pass": ("PASS", "green"), "insufficient": ("INSUFFICIENT DATA", "yellow")}
+
+
 def write_calibration(tr: Any, state: AgentevalState) -> None:
     for outcome in state.calibration_outcomes:
         report = outcome.report
+        gate_all = report["gate"]
+        on = " (lower bound of the 95% interval)" if gate_all.get("on") == "lower" else ""
         tr.write_sep(
             "=",
             f"agenteval calibration: {outcome.family} · judge "
-            f"{', '.join(report['judge'])} · gate on {report['split']}",
+            f"{', '.join(report['judge'])} · gate on {report['split']}{on}",
         )
-        header = f"{'pillar':<28}{'n':>4}{'acc':>7}{'kappa':>7}{'brier':>7}{'ece':>7}{'auc':>7}{'errors':>8}  gate"
+        header = (
+            f"{'pillar':<26}{'n':>9}  {'accuracy':<19}{'kappa':<20}{'ceiling':>8}"
+            f"{'brier':>7}{'ece':>7}{'auc':>6}{'errors':>7}  gate"
+        )
         tr.write_line(header)
         rows = [*report["pillars"].items(), ("overall", report["overall"])]
         for name, m in rows:
             gate = m["gate"]
+            status = gate.get("status") or ("pass" if gate["passed"] else "fail")
+            n = f"{m.get('n', 0)} of {m.get('entries', m.get('n', 0))}"
+            ceiling = m.get("inter_rater_fleiss_kappa")
             line = (
-                f"{name:<28}{m.get('n', 0):>4}{_fmt(m.get('accuracy')):>7}{_fmt(m.get('kappa')):>7}"
-                f"{_fmt(m.get('brier'), 3):>7}{_fmt(m.get('ece'), 3):>7}{_fmt(m.get('auc')):>7}"
-                f"{m.get('evaluation_failures', 0):>8}  "
+                f"{name:<26}{n:>9}  "
+                f"{_with_ci(m.get('accuracy'), m.get('accuracy_ci'), 2):<19}"
+                f"{_with_ci(m.get('kappa'), m.get('kappa_ci'), 3):<20}"
+                f"{_fmt(ceiling, 3) if ceiling is not None else '  -  ':>8}"
+                f"{_fmt(m.get('brier'), 3):>7}{_fmt(m.get('ece'), 3):>7}{_fmt(m.get('auc')):>6}"
+                f"{m.get('evaluation_failures', 0):>7}  "
             )
             tr.write(line)
-            if gate["passed"]:
-                tr.write_line("PASS", green=True)
-            else:
-                tr.write_line("FAIL — " + "; ".join(gate["reasons"]), red=True)
+            word, colour = _CAL_GATE.get(status, ("FAIL", "red"))
+            tr.write_line(word, **{colour: True})
+            for reason in gate["reasons"]:
+                tr.write_line(f"    {reason}", **{colour: True})
+            for note in gate.get("notes") or ():
+                tr.write_line(f"    note: {note}", yellow=True)
             other = m.get("calibration_split")
             if other and other.get("n"):
                 tr.write_line(
-                    f"{'  (calibration split)':<28}{other['n']:>4}{_fmt(other.get('accuracy')):>7}"
-                    f"{_fmt(other.get('kappa')):>7}"
+                    (
+                        f"{'  (calibration split)':<26}{other['n']:>9}  "
+                        f"{_with_ci(other.get('accuracy'), None, 2):<19}"
+                        f"{_with_ci(other.get('kappa'), None, 3)}"
+                    ).rstrip()
                 )
         th = report["overall"]["gate"]["threshold"]
         tr.write_line(
             f"thresholds: kappa ≥ {th['kappa']:.2f}, accuracy ≥ {th['accuracy']:.2f}, "
-            f"evaluation failures ≤ {th['max_evaluation_failures']} "
+            f"evaluation failures ≤ {th['max_evaluation_failures']}, "
+            f"at least {th.get('min_n', 0)} graded entries per pillar "
             f"(preset {report['preset_thresholds']}; per-pillar overrides in benchmark.yaml)"
         )
+        if any(m.get("inter_rater_fleiss_kappa") is not None for _, m in rows):
+            tr.write_line(
+                "ceiling: Fleiss' kappa among the raters, where entries carry several labels; "
+                "a judge above it is flagged"
+            )
         if report.get("not_gradable"):
             tr.write_line(
                 f"note: {report['not_gradable']} entries not gradable by this judge "
                 "(no checkable criterion); use an LLM judge",
                 yellow=True,
             )
+        if report.get("disagreements"):
+            tr.write_line(
+                f"disagreements: {len(report['disagreements'])} (label against judge, "
+                "with both rationales, in report.md / report.html)"
+            )
+        write_triage(tr, report)
         if report.get("stability"):
             st = report["stability"]
             tr.write_line(
                 f"test-retest: {st['entries']} entries × {st['repetitions']}: identical verdicts "
                 f"{st['identical_verdict_share']:.0%}, mean score spread {_fmt(st['mean_score_spread'], 3)}"
             )
-        if report["gate"]["passed"]:
+        reasons = gate_all["reasons"]
+        shown = "; ".join(reasons[:6]) + (" …" if len(reasons) > 6 else "")
+        if gate_all["passed"]:
             tr.write_line("calibration gate: PASSED", green=True, bold=True)
-        else:
+        elif gate_all.get("status") == "insufficient":
             tr.write_line(
-                "calibration gate: FAILED — "
-                + "; ".join(report["gate"]["reasons"][:6])
-                + (" …" if len(report["gate"]["reasons"]) > 6 else ""),
-                red=True,
+                "calibration gate: NOT PASSED (insufficient data) — " + shown,
+                yellow=True,
                 bold=True,
             )
+        else:
+            tr.write_line("calibration gate: FAILED — " + shown, red=True, bold=True)
         if outcome.run_dir is not None:
             tr.write_line(f"run directory: {_shown(outcome.run_dir, state)}")
             tr.write_line(f"evidence chain head: {outcome.head}")
+
+
+def write_triage(tr: Any, report: dict[str, Any]) -> None:
+    """Golden entries the family could not grade, and entries graded against the rubric
+    because their prompt is not the one of the scenario they name."""
+    skipped = report.get("skipped") or {}
+    if skipped.get("total"):
+        why = ", ".join(f"{reason}: {n}" for reason, n in skipped.get("by_reason", {}).items())
+        tr.write_line(
+            f"warning: {skipped['total']} golden "
+            + ("entry" if skipped["total"] == 1 else "entries")
+            + f" skipped, not graded ({why}); pytest -rs lists them",
+            yellow=True,
+        )
+    mismatched = report.get("prompt_mismatch") or 0
+    if mismatched:
+        tr.write_line(
+            f"warning: {mismatched} golden "
+            + ("entry names" if mismatched == 1 else "entries name")
+            + " a scenario whose prompt is not their input: graded against the article's "
+            "substance rubric, not the scenario's criteria",
+            yellow=True,
+        )
 
 
 def _cache_statuses(result: Any) -> list[tuple[str, bool]]:

@@ -41,7 +41,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bench",
         action="append",
         metavar="FAMILY[,FAMILY]",
-        help="run these benchmark families (bundled name, or path of a folder with benchmark.yaml)",
+        help="run these benchmark families (bundled name, path of a folder with benchmark.yaml, "
+        "or path of a folder of AgentEval article files)",
     )
     _option(
         parser,
@@ -169,10 +170,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         parser,
         group,
+        "--baseline",
+        metavar="RUN_DIR|latest",
+        help="compare with this earlier run (a run directory, an output folder holding runs/, "
+        "or latest: the newest complete run of the same family, preset and subject under "
+        "--agenteval-out); its evidence is verified first",
+    )
+    _option(
+        parser,
+        group,
+        "--regression-max",
+        metavar="X",
+        help="largest significant score drop against the baseline the gate allows "
+        "(default: the preset's gate regression_max, else 0)",
+    )
+    _option(
+        parser,
+        group,
+        "--regression-alpha",
+        metavar="P",
+        help="significance level of the regression's one-sided sign test (default 0.05)",
+    )
+    _option(
+        parser,
+        group,
         "--agenteval-concurrency",
         metavar="N",
         type=int,
-        help="subject and judge calls kept in flight per process (default: 8)",
+        help="subject and judge calls kept in flight for the whole run, divided across xdist "
+        "workers (default: 8)",
     )
     _option(
         parser,
@@ -180,7 +206,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--agenteval-max-cost",
         metavar="USD",
         type=float,
-        help="stop issuing subject and judge calls once this much is spent (per process under xdist)",
+        help="stop issuing subject and judge calls once this much is spent in the run (divided across "
+        "xdist workers)",
     )
     parser.addini(
         "agenteval_rates",
@@ -203,6 +230,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         help="grade each golden entry N times and report test-retest agreement",
     )
+    _option(
+        parser,
+        group,
+        "--calibration-min-n",
+        metavar="N",
+        type=int,
+        help="graded entries a pillar needs before its calibration gate can pass (default 10); "
+        "fewer is 'insufficient data'",
+    )
+    _option(
+        parser,
+        group,
+        "--calibration-gate-on",
+        choices=("point", "lower"),
+        help="gate kappa and accuracy on the point estimate (default) or on the lower bound "
+        "of their 95-percent bootstrap interval",
+    )
     group.addoption(
         "--bench-list",
         action="store_true",
@@ -223,8 +267,15 @@ def pytest_configure(config: pytest.Config) -> None:
     state = AgentevalState(config)
     config.stash[STATE] = state
     config.pluginmanager.register(RunPlugin(state), "agenteval-run")
+    if config.pluginmanager.hasplugin("html"):  # pytest-html: score, verdict, gate, reasoning
+        from ._html import register_html
+
+        register_html(config, state)
     _sigterm_as_interrupt(config)
-    roots = state.golden_roots() if state.calibration_mode else state.bench_roots
+    if state.calibration_mode:  # a named path runs that path only
+        roots = [] if state.named_paths() else state.golden_roots()
+    else:
+        roots = state.bench_roots
     if roots:
         paths = [str(p) for p in roots]
         if config.args_source == pytest.Config.ArgsSource.ARGS:
@@ -240,8 +291,10 @@ def _run_requested(config: pytest.Config) -> bool:
     """Does this command ask for a benchmark or calibration run? (cheap: no YAML read)
 
     Yes with ``--bench`` (or its ini key), with a ``-m`` expression naming
-    ``calibration``, or when a command-line path is a YAML/JSONL file or a
-    folder holding a ``benchmark.yaml``. Anything else is a plain pytest run.
+    ``calibration``, or when a command-line path is a YAML/JSONL file, a
+    folder holding a ``benchmark.yaml``, or a folder of AgentEval article
+    files (a 4 KB look at each of its YAML files). Anything else is a plain
+    pytest run.
     """
     if config.getoption("agenteval_bench") or config.getini("agenteval_bench"):
         return True
@@ -252,7 +305,15 @@ def _run_requested(config: pytest.Config) -> bool:
         path = base / str(arg).split("::", 1)[0]
         if path.suffix in _RUN_SUFFIXES or (path / "benchmark.yaml").is_file():
             return True
+        if config.args_source == pytest.Config.ArgsSource.ARGS and _agenteval_dir(path):
+            return True
     return False
+
+
+def _agenteval_dir(path: Path) -> bool:
+    from ._compat import is_agenteval_dir  # standard library only: a plain run stays light
+
+    return is_agenteval_dir(path)
 
 
 def _sigterm_as_interrupt(config: pytest.Config) -> None:
@@ -286,19 +347,44 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = _state(config)
-    if state is None or not state.bench_roots:
+    if state is None:
         return None
+    notes = _family_notes(state, config)
+    if not state.bench_roots:
+        return notes or None
     fams = ", ".join(_family_name(state, p) for p in state.bench_roots)
     return [
         f"agenteval: bench {fams} · preset {state.preset or 'smoke (default)'}",
         f"agenteval: judge {state.judge_label()}",
         f"agenteval: subject {state.subject_header()}",
+        *notes,
     ]
+
+
+def _family_notes(state: Any, config: pytest.Config) -> list[str]:
+    """What loading assumed for AgentEval folders run without a benchmark.yaml."""
+    base = Path(config.invocation_params.dir)
+    named = [base / str(a).split("::", 1)[0] for a in config.args]
+    lines: list[str] = []
+    for path in dict.fromkeys([*state.bench_roots, *named]):
+        if not _agenteval_dir(path):
+            continue
+        try:
+            family = state.family(path)
+        except Exception:  # a broken family is reported at collection, with file and line
+            continue
+        lines += [f"agenteval: note: {note}" for note in family.notes]
+    return lines
 
 
 def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     state = _state(parent.config)
-    if state is None or not (path / "benchmark.yaml").is_file():
+    if state is None:
+        return None
+    if not (path / "benchmark.yaml").is_file() and not (
+        # a folder of AgentEval articles runs as a family when it is named (args or --bench)
+        parent.session.isinitpath(path) and _agenteval_dir(path)
+    ):
         return None
     from ._collect import FamilyDir
 
@@ -344,7 +430,7 @@ def _golden_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector 
     state = _state(parent.config)
     resolved = file_path.resolve()
     wanted = parent.session.isinitpath(file_path) or (
-        state.calibration_mode and any(resolved.is_relative_to(r) for r in state.golden_roots())
+        state.calibration_mode and state.golden_selected(file_path)
     )
     if not wanted:
         return None
