@@ -17,6 +17,12 @@ A run passes its gate when all of these hold:
 * no more than ``gate.max_injection_suspected`` items were flagged as
   trying to steer their judge (``meta["injection_suspected"]``; default 0: a
   steered grade is never a silent pass);
+* with suites in ``benchmark.yaml``: the suite bench score (Σ w·metric over
+  the suites that ran) is what ``min_score`` reads, every suite that ran is at
+  least its ``suite_min``, and every ``required`` suite ran (see _suites.py);
+* with a baseline: the largest *significant* score drop is at most
+  ``regression_max`` (a one-sided sign test on verdict changes; see _compare.py);
+  a drop that is not significant is a note, never a failure;
 * the run was not interrupted.
 
 A root ``warn`` under ``fail_on: fail`` passes but is named in the notes, so
@@ -29,8 +35,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from ._compare import Regression, regression_sentence
 from ._evals import EvalResult, format_score, injection_suspected
 from ._family import Plan
+from ._suites import SuiteReport
 
 #: How many scenario ids a gate reason names before "and N more".
 NAMED_LIMIT = 10
@@ -120,7 +128,16 @@ def injection_items(tree: EvalResult) -> list[str]:
     ]
 
 
-def decide_gate(plan: Plan, tree: EvalResult | None, *, interrupted: bool = False) -> GateOutcome:
+def decide_gate(
+    plan: Plan,
+    tree: EvalResult | None,
+    *,
+    interrupted: bool = False,
+    suites: SuiteReport | None = None,
+    regression: Regression | None = None,
+    baseline_label: str = "",
+) -> GateOutcome:
+    """The gate's decision; *suites* and *regression* add the Layerup terms (see _suites, _compare)."""
     gate = plan.gate
     reasons: list[str] = []
     notes: list[str] = []
@@ -145,9 +162,13 @@ def decide_gate(plan: Plan, tree: EvalResult | None, *, interrupted: bool = Fals
                 reasons.append(msg + "; the preset's gate fails on warn")
             else:
                 notes.append(msg + "; not failing the gate (fail_on: fail)")
-        if gate.min_score is not None and tree.score < gate.min_score:
-            score, floor = shown_apart(tree.score, gate.min_score)
-            reasons.append(f"score {score} below the gate minimum {floor}")
+        by_suites = suites is not None and suites.defined
+        # Layerup: with suites, bench = Σ w·metric over the suites, and min_score applies to it
+        bench = suites.bench if suites is not None and by_suites else tree.score
+        if gate.min_score is not None and bench is not None and bench < gate.min_score:
+            score, floor = shown_apart(bench, gate.min_score)
+            what = "suite bench score" if by_suites else "score"
+            reasons.append(f"{what} {score} below the gate minimum {floor}")
     if counts["error"] > gate.max_errors:
         reasons.append(
             f"{counts['error']} item(s) errored and were not evaluated "
@@ -166,6 +187,11 @@ def decide_gate(plan: Plan, tree: EvalResult | None, *, interrupted: bool = Fals
             f"to steer its judge): {named(flagged)} "
             f"(the gate allows {gate.max_injection_suspected})"
         )
+    if suites is not None:
+        _suite_terms(suites, reasons, notes)
+    if regression is not None:
+        sentence = regression_sentence(regression, baseline_label or "run")
+        (reasons if regression.failing else notes).append(sentence)
     if interrupted:
         reasons.append("the run was interrupted before every item ran")
     ran = sum(counts.values())
@@ -179,3 +205,24 @@ def decide_gate(plan: Plan, tree: EvalResult | None, *, interrupted: bool = Fals
     if counts["skipped"]:
         notes.append(f"{counts['skipped']} item(s) skipped (nothing the judge could grade)")
     return GateOutcome(not reasons, reasons, notes, critical, flagged)
+
+
+def _suite_terms(suites: SuiteReport, reasons: list[str], notes: list[str]) -> None:
+    """∀ suite with a minimum: metric ≥ suite_min; a required suite must have run."""
+    for suite in suites.suites:
+        if suite.value is None:
+            why = (
+                "no scenario of it ran"
+                if suite.status == "not run"
+                else "none of its scenarios could be graded"
+            )
+            if suite.required:
+                reasons.append(f"required suite {suite.name!r} did not run ({why})")
+            else:
+                notes.append(
+                    f"suite {suite.name!r} not run ({why}): left out of the suite bench score, "
+                    "the others' weights renormalised"
+                )
+        elif suite.below_min and suite.suite_min is not None:
+            value, floor = shown_apart(suite.value, suite.suite_min)
+            reasons.append(f"suite {suite.name!r} {suite.metric} {value} below its minimum {floor}")

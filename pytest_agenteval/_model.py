@@ -166,6 +166,20 @@ class RunSummary(_Open):
     started_at: str
     ended_at: str
     plugin_version: str
+    baseline: dict[str, Any] | None = Field(
+        default=None, description="with --baseline: run_id, path, chain_head of the baseline"
+    )
+    regression: dict[str, Any] | None = Field(
+        default=None,
+        description="with a baseline: max_drop, level, node, significant, p_value, "
+        "newly_failing, fixed, pillars",
+    )
+    suites: dict[str, Any] | None = Field(
+        default=None, description="suite bench score and each suite's metric (when defined)"
+    )
+    calibration: dict[str, Any] | None = Field(
+        default=None, description="on calibration runs: the gate and counts of calibration.json"
+    )
 
 
 # --------------------------------------------------------------------------- calibration.json

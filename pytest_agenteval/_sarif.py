@@ -27,6 +27,15 @@ What is in it
   fingerprint, so a judge talked into a pass shows in code scanning. A flagged
   fail or warn is one result, its message saying it. The invocation's
   ``properties.injectionSuspected`` counts the flagged items.
+* Locations are files of the repository: a family inside it at the scenario's
+  YAML line (relative to the repository root); a bundled family, whose files are
+  inside the installed package, on the pytest configuration file that runs it
+  (``run["bundled_location"]``), the real file and line in the location's
+  message and ``properties.bundledFile``/``bundledLine``, and its own
+  ``primaryLocationLineHash`` so that code scanning keeps one alert per scenario.
+* Controls with a scenario of declared critical severity are rules tagged
+  ``security`` with ``properties["security-severity"]`` ``"9.5"`` (GitHub reads
+  it on the rule); their failed critical scenarios carry it too.
 * Items that ERRORED were not evaluated, so they are not findings either:
   each is a ``toolExecutionNotifications`` entry (level "error") of
   ``invocations[0]``, with its location and associated rule.
@@ -139,6 +148,8 @@ FINGERPRINT_KEY = "agentevalScenario/v1"
 #: The rule of a passing scenario whose answer tried to steer the judge.
 INJECTION_RULE_ID = "agenteval/injection-suspected"
 SRCROOT = "%SRCROOT%"
+#: GitHub reads "over 9.0" as critical (7.0-8.9 high); a failed critical scenario is critical.
+CRITICAL_SECURITY_SEVERITY = "9.5"
 
 GITHUB_MAX_RESULTS = 25_000
 DEFAULT_MAX_MESSAGE_CHARS = 2_000
@@ -260,10 +271,29 @@ def _score(value: Any) -> float | None:
     return None
 
 
-def _location(record: Mapping[str, Any]) -> Location | None:
+def _bundled(record: Mapping[str, Any], run: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The repository file a bundled family's finding is shown on (None: not bundled, or none)."""
+    where = (run or {}).get("bundled_location")
+    return where if record.get("bundled") and isinstance(where, Mapping) else None
+
+
+def _location(record: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> Location | None:
+    """The scenario's file and line; for a bundled family (its file is in the installed package,
+    not the repository), the pytest configuration that runs it, with a message naming the file."""
     file, line = location_of(record)
     if not file:
         return None
+    message = None
+    fallback = _bundled(record, run)
+    if fallback is not None:
+        message = Message(
+            text=f"bundled benchmark file {file}"
+            + (f" line {line}" if line else "")
+            + " (inside the pytest-agenteval package, not this repository); shown on the "
+            "pytest configuration that runs the benchmark"
+        )
+        file, line = str(fallback["file"]), fallback.get("line")
+        line = line if isinstance(line, int) and line >= 1 else None
     file = visible_escape(file)
     if file.startswith("/") and not file.startswith("//"):
         artifact = ArtifactLocation(uri=PurePosixPath(file).as_uri())
@@ -272,15 +302,21 @@ def _location(record: Mapping[str, Any]) -> Location | None:
     else:
         artifact = ArtifactLocation(uri=quote(file, safe="/"), uri_base_id=SRCROOT)
     region = Region(start_line=line) if line is not None else None
-    return Location(physical_location=PhysicalLocation(artifact_location=artifact, region=region))
+    return Location(
+        physical_location=PhysicalLocation(artifact_location=artifact, region=region),
+        message=message,
+    )
 
 
 def _rules(
     records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
 ) -> tuple[list[ReportingDescriptor], dict[str, int]]:
     seen: dict[str, Mapping[str, Any]] = {}
+    critical: set[str] = set()
     for record in records:
         seen.setdefault(control_of(record), record)
+        if _declared_critical(record):
+            critical.add(control_of(record))
     rules = []
     for control in sorted(seen):
         record = seen[control]
@@ -292,6 +328,15 @@ def _rules(
         family = family_of(record, run)
         full = f"{where}: {title}" if where else title
         tags = list(dict.fromkeys(["agenteval", _field(family), _field(pillar)]))
+        properties: dict[str, Any] = {
+            "pillar": pillar,
+            "severity": severity,
+            "family": family,
+            "tags": tags,
+        }
+        if control in critical:  # GitHub reads security-severity on the rule, for "security" tags
+            properties["tags"] = [*tags, "security"]
+            properties["security-severity"] = CRITICAL_SECURITY_SEVERITY
         rules.append(
             ReportingDescriptor(
                 id=control,
@@ -303,10 +348,41 @@ def _rules(
                     f"Benchmark family: {family} (pytest-agenteval)."
                 ),
                 default_configuration=ReportingConfiguration(level=level_for(severity, "fail")),
-                properties={"pillar": pillar, "severity": severity, "family": family, "tags": tags},
+                properties=properties,
             )
         )
     return rules, {r.id: i for i, r in enumerate(rules)}
+
+
+def _declared_critical(record: Mapping[str, Any]) -> bool:
+    """Is the scenario's declared severity (its own, else its article's) critical?"""
+    declared = record.get("declared_severity") or article_of(record).get("severity")
+    return str(declared or "").lower() == "critical"
+
+
+def _fingerprints(record: Mapping[str, Any], run: Mapping[str, Any], rule: str) -> dict[str, str]:
+    """Our stable fingerprint; for a finding placed on the pytest configuration (a bundled
+    family), also ``primaryLocationLineHash``: the upload action would otherwise hash that one
+    line for every such finding, and code scanning, which matches alerts on that hash, would
+    fold all the findings of one control into a single alert."""
+    value = fingerprint(record, run, rule=rule)
+    out = {FINGERPRINT_KEY: value}
+    if _bundled(record, run) is not None:
+        out["primaryLocationLineHash"] = f"{value[:32]}:1"
+    return out
+
+
+def _placement(record: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+    """Result properties: where a bundled scenario really is, and security-severity."""
+    out: dict[str, Any] = {}
+    if _bundled(record, run) is not None:
+        file, line = location_of(record)
+        out["bundledFile"] = _field(file)
+        if line is not None:
+            out["bundledLine"] = line
+    if _declared_critical(record) and verdict_of(record) == "fail":
+        out["security-severity"] = CRITICAL_SECURITY_SEVERITY
+    return out
 
 
 def _injection_rule() -> ReportingDescriptor:
@@ -485,7 +561,7 @@ def sarif_log(
         result = result_of(record)
         verdict = verdict_of(record)
         control = control_of(record)
-        location = _location(record)
+        location = _location(record, run)
         injection_pass = verdict == "pass"
         rule = INJECTION_RULE_ID if injection_pass else control
         full_texts.append(
@@ -500,11 +576,9 @@ def sarif_log(
                     kind="fail",
                     level=_level(record),
                     locations=[location] if location else None,
-                    partial_fingerprints={
-                        FINGERPRINT_KEY: fingerprint(
-                            record, run, rule=INJECTION_RULE_ID if injection_pass else ""
-                        )
-                    },
+                    partial_fingerprints=_fingerprints(
+                        record, run, INJECTION_RULE_ID if injection_pass else ""
+                    ),
                     properties={
                         "control": _field(control) if injection_pass else None,
                         "scenario": _field(scenario_of(record)),
@@ -520,6 +594,7 @@ def sarif_log(
                         or None,
                         "nodeid": _field(record.get("nodeid")) or None,
                         **_injection_properties(record),
+                        **_placement(record, run),
                     },
                 )
             )
@@ -529,7 +604,7 @@ def sarif_log(
     error_texts: list[str] = []
     for record in errors[: max(max_notifications, 0)]:
         control = control_of(record)
-        location = _location(record)
+        location = _location(record, run)
         error_texts.append(_error_text(record, redact))
         notifications.append(
             Notification(

@@ -106,3 +106,26 @@ def writable_dir(config: pytest.Config, dest: str, value: Path) -> Path:
             "choose a writable folder before any call is made"
         )
     return path
+
+
+def fraction(
+    config: pytest.Config,
+    dest: str,
+    default: float | None,
+    *,
+    open_interval: bool = False,
+    what: str = "a number",
+) -> float | None:
+    """A finite float in [0, 1] (in (0, 1) with *open_interval*); *default* when unset."""
+    value = raw(config, dest)
+    if value is None:
+        return default
+    try:
+        parsed = float(value)
+    except (TypeError, ValueError):
+        parsed = math.nan
+    inside = 0.0 < parsed < 1.0 if open_interval else 0.0 <= parsed <= 1.0
+    if not (math.isfinite(parsed) and inside) or isinstance(value, bool):
+        bounds = "between 0 and 1, exclusive" if open_interval else "between 0 and 1"
+        raise pytest.UsageError(f"{option_name(dest)}: expected {what} {bounds}, got {value!r}")
+    return parsed

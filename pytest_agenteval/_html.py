@@ -1,0 +1,175 @@
+"""pytest-html: score, verdict, gate and the judge's reasoning in its report.
+
+Registered only when the ``pytest-html`` plugin is active (``--html`` users);
+pytest-html stays optional. What it adds:
+
+* two columns, **Verdict** and **Score**, beside pytest's outcome: a WARN item
+  passes in pytest's terms (it is not a failure), so pytest-html's own column
+  says "Passed" — the Verdict column says ``WARN`` beside it, and the item's
+  extra shows why;
+* an HTML extra on every graded item: verdict, score against the article's
+  bands, severity, judge, each criterion met or missed with the judge's
+  reasoning, the judge's summary, injection flags, or the error;
+* the gate of every family (passed or failed, with reasons and the comparison
+  with the baseline) above the results table.
+
+The extras are added on the process that writes the report (the controller
+under xdist) from the record each report carries, so ``-n`` changes nothing.
+Everything shown is redacted and HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from ._session import AgentevalState
+
+_VERDICT_CLASS = {"pass": "passed", "warn": "xpassed", "fail": "failed", "error": "error"}
+
+
+def _score(value: Any) -> str:
+    from ._evals import format_score
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_score(float(value))
+    return "–"
+
+
+class HtmlExtras:
+    """pytest-html hooks of an agenteval run."""
+
+    def __init__(self, state: AgentevalState) -> None:
+        self.state = state
+
+    def _clean(self, value: Any) -> str:
+        return html.escape(self.state.redactor.text(str(value)))
+
+    @staticmethod
+    def _payload(report: Any) -> dict[str, Any] | None:
+        payload = getattr(report, "agenteval", None)
+        if not isinstance(payload, dict) or payload.get("kind") == "calibration":
+            return None
+        return payload
+
+    # ---------------------------------------------------------------- table
+
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        cells.insert(2, '<th class="agenteval-verdict">Verdict</th>')
+        cells.insert(3, '<th class="agenteval-score">Score</th>')
+
+    def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
+        payload = self._payload(report)
+        result = (payload or {}).get("result") or {}
+        verdict = str(result.get("verdict") or "")
+        shown = verdict.upper() if verdict else ""
+        css = _VERDICT_CLASS.get(verdict, "")
+        cells.insert(2, f'<td class="agenteval-verdict {css}">{html.escape(shown)}</td>')
+        score = _score(result.get("score")) if payload else ""
+        cells.insert(3, f'<td class="agenteval-score">{html.escape(score)}</td>')
+
+    # ---------------------------------------------------------------- extras
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Before pytest-html reads the report (it runs last), attach the grade as an extra."""
+        payload = self._payload(report)
+        if payload is None or report.when not in ("setup", "call"):
+            return
+        try:  # pytest-html is optional: registered only when its plugin is active
+            from pytest_html import extras
+        except ImportError:
+            return
+        report.extras = [*getattr(report, "extras", []), extras.html(self._detail(payload))]  # type: ignore[attr-defined]
+
+    def _detail(self, payload: dict[str, Any]) -> str:
+        result = payload.get("result") or {}
+        meta = result.get("meta") or {}
+        verdict = str(result.get("verdict") or "?")
+        parts = [
+            '<div class="agenteval-extra">',
+            f"<p><strong>agenteval verdict {self._clean(verdict.upper())}</strong>, "
+            f"score {self._clean(_score(result.get('score')))}"
+            + (f", severity {self._clean(result['severity'])}" if result.get("severity") else "")
+            + (f", judge {self._clean(meta['judge'])}" if meta.get("judge") else "")
+            + f" · {self._clean(meta.get('pillar', ''))} ▸ {self._clean(meta.get('control_id', ''))}"
+            + "</p>",
+        ]
+        if verdict == "warn":
+            parts.append(
+                "<p>WARN: the score is in the warn band — not a failure, so pytest counts the "
+                "item as passed; it still lowers the article's and pillar's scores.</p>"
+            )
+        if result.get("error"):
+            parts.append(f"<p>Error (not graded): {self._clean(result['error'])}</p>")
+        if meta.get("injection_suspected"):
+            reasons = meta.get("injection_reasons") or []
+            parts.append(
+                "<p>Injection suspected: the answer tries to steer its judge"
+                + (f" ({self._clean('; '.join(map(str, reasons)))})" if reasons else "")
+                + ".</p>"
+            )
+        criteria = result.get("criteria") or []
+        if criteria:
+            parts.append("<ul>")
+            for c in criteria:
+                met = c.get("met")
+                mark = "met" if met is True else "missed" if met is False else "not assessed"
+                why = f": {self._clean(c['reasoning'])}" if c.get("reasoning") else ""
+                parts.append(f"<li>{mark} — {self._clean(c.get('criterion', ''))}{why}</li>")
+            parts.append("</ul>")
+        if result.get("reasoning"):
+            parts.append(f"<p>Judge's reasoning: {self._clean(result['reasoning'])}</p>")
+        parts.append("</div>")
+        return "".join(parts)
+
+    # ---------------------------------------------------------------- summary
+
+    def pytest_html_results_summary(
+        self, prefix: list[str], summary: list[str], postfix: list[str], session: Any
+    ) -> None:
+        """The gate of each family, above the table (decided before pytest-html writes)."""
+        from ._compare import comparison_text
+
+        for outcome in self.state.outcomes:
+            gate = outcome.gate
+            name = outcome.plan.family.name + (
+                f" · {outcome.bucket.condition}" if outcome.bucket.condition else ""
+            )
+            state = "PASSED" if gate.passed else "FAILED"
+            score = _score(outcome.tree.score) if outcome.tree is not None else "–"
+            lines = [
+                f"<p><strong>agenteval gate {state}</strong> — {self._clean(name)} · "
+                f"preset {self._clean(outcome.plan.preset)} · score {self._clean(score)}</p>"
+            ]
+            if gate.reasons or gate.notes:
+                lines.append("<ul>")
+                lines += [f"<li>{self._clean(r)}</li>" for r in gate.reasons]
+                lines += [f"<li>note: {self._clean(n)}</li>" for n in gate.notes]
+                lines.append("</ul>")
+            if outcome.pr.get("comparison"):
+                text = "\n".join(comparison_text(outcome.pr))
+                lines.append(f"<pre>{self._clean(text)}</pre>")
+            prefix.extend(lines)
+
+
+def register_html(config: pytest.Config, state: AgentevalState) -> None:
+    """Register :class:`HtmlExtras`, and make sure the gate is decided before pytest-html writes.
+
+    Both our session finish and pytest-html's report writer are ``trylast``
+    hooks, which pluggy calls in registration order: when pytest-html
+    configured first, its report object is registered again, after ours, so
+    the report it writes has the gate in it whatever order the plugins load in.
+    """
+    config.pluginmanager.register(HtmlExtras(state), "agenteval-html")
+    try:  # pytest-html is optional: registered only when its plugin is active
+        from pytest_html.basereport import BaseReport
+    except ImportError:
+        return
+    for plugin in list(config.pluginmanager.get_plugins()):
+        if isinstance(plugin, BaseReport):
+            config.pluginmanager.unregister(plugin)
+            config.pluginmanager.register(plugin)
