@@ -411,7 +411,7 @@ def fixed(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
-SCENARIOS = {"smoke": 20, "standard": 56, "audit": 56}
+SCENARIOS = {"smoke": 20, "standard": 64, "audit": 64}
 
 
 @pytest.mark.parametrize("preset", ["smoke", "standard", "audit"])
