@@ -37,7 +37,7 @@ from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
 from ._family import Article, Family, Plan
-from ._injection import scan_answer
+from ._injection import given_text, scan_answer
 from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result, is_deterministic
 from ._spec import Scenario
 from ._subjects import SubjectError, call_subject
@@ -102,10 +102,11 @@ def _flags(result: EvalResult) -> Iterable[tuple[bool, Sequence[Any]]]:
         yield from _flags(child)
 
 
-def injection_meta(result: EvalResult, answer: Answer | None) -> dict[str, Any]:
+def injection_meta(result: EvalResult, answer: Answer | None, given: str = "") -> dict[str, Any]:
     """``injection_suspected`` / ``injection_reasons`` for a leaf: the answer's own scan
-    and every judge's flag beneath (one flagged panel member or criterion call flags it)."""
-    reasons: list[str] = scan_answer(answer) if answer is not None else []
+    and every judge's flag beneath (one flagged panel member or criterion call flags it).
+    *given*: what the agent was given (an instruction it was given and repeats is not its own)."""
+    reasons: list[str] = scan_answer(answer, given=given) if answer is not None else []
     flagged = bool(reasons)
     for member_flagged, member_reasons in _flags(result):
         flagged = flagged or member_flagged
@@ -428,7 +429,8 @@ async def run_scenario(
         result = await grade_with_panel(request)
     judge_latency = time.perf_counter() - start
     result = replace(result, meta={**meta, **dict(result.meta)}, **base)  # type: ignore[arg-type]
-    result = replace(result, meta={**dict(result.meta), **injection_meta(result, answer)})
+    given = given_text(request.prompt, request.context)
+    result = replace(result, meta={**dict(result.meta), **injection_meta(result, answer, given)})
     judge_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     for spent in judge_costs:
         judge_total = add_cost(judge_total, spent)
