@@ -118,3 +118,31 @@ def test_quickstart_gives_a_mixed_result(pytester: pytest.Pytester, name: str) -
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     data = json.loads(summary.read_text())
     assert data["family"] == name and data["preset"] == "smoke"
+
+
+# Families whose every pillar gates a release on a holdout of its own: the seed's
+# shipping gate is κ ≥ 0.61 on a stratified holdout of 30 or more entries per pillar.
+HOLDOUT_GATED = ("eu-ai-act", "gdpr")
+GATED_GOLDEN = [p for p in GOLDEN if p.parent.name in HOLDOUT_GATED]
+
+
+@pytest.mark.parametrize(
+    "path", GATED_GOLDEN, ids=[f"{p.parent.name}/{p.stem}" for p in GATED_GOLDEN]
+)
+def test_the_holdout_alone_is_large_stratified_and_adversarial(path: Path) -> None:
+    holdout = [e for e in load_golden(path).entries if e.split == "holdout"]
+    stats = pillar_stats(path.stem, holdout)
+    assert stats.entries >= 30 and not stats.warnings, stats.warnings
+
+
+@pytest.mark.parametrize("name", HOLDOUT_GATED)
+def test_every_control_has_holdout_entries(name: str) -> None:
+    """New controls and packs are measured too, not only the controls the data began with."""
+    family = load_family(ROOT / "benchmarks" / name)
+    covered = {
+        e.article
+        for p in (ROOT / "golden" / name).glob("*.jsonl")
+        for e in load_golden(p).entries
+        if e.split == "holdout"
+    }
+    assert {a.control_id for a in family.articles} <= covered
