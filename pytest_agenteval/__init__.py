@@ -27,9 +27,16 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs
         aggregate,
         band_verdict,
     )
-    from ._judges import Grade, GradeRequest, Judge, JudgeError, NotGradable, RulesJudge
-    from ._subjects import Response, Subject, SubjectError
-    from ._yaml import SpecError
+    from ._judges import Grade, GradeRequest, Judge, NotGradable, RulesJudge
+    from ._subjects import Response, Subject
+    from ._vocab import (
+        AgentevalError,
+        ConfigError,
+        EvidenceError,
+        JudgeError,
+        SpecError,
+        SubjectError,
+    )
 
 # Imported on first use, so that loading the plugin (every pytest run) stays cheap.
 _LAZY = {
@@ -56,13 +63,16 @@ _LAZY = {
     "Grade": "_judges",
     "GradeRequest": "_judges",
     "Judge": "_judges",
-    "JudgeError": "_judges",
     "NotGradable": "_judges",
     "RulesJudge": "_judges",
     "Response": "_subjects",
     "Subject": "_subjects",
-    "SubjectError": "_subjects",
-    "SpecError": "_yaml",
+    "AgentevalError": "_vocab",
+    "ConfigError": "_vocab",
+    "EvidenceError": "_vocab",
+    "JudgeError": "_vocab",
+    "SpecError": "_vocab",
+    "SubjectError": "_vocab",
 }
 
 
@@ -82,6 +92,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AGGREGATIONS",
     "MAX_NESTING_DEPTH",
+    "AgentevalError",
     "Answer",
     "AtomicCodeEval",
     "AtomicJudgeEval",
@@ -90,10 +101,12 @@ __all__ = [
     "CheckOutcome",
     "Component",
     "CompositeEval",
+    "ConfigError",
     "CriterionResult",
     "Eval",
     "EvalInput",
     "EvalResult",
+    "EvidenceError",
     "Grade",
     "GradeRequest",
     "Judge",

@@ -43,6 +43,7 @@ from ._evidence import (
     write_file_atomic,
 )
 from ._output import slug
+from ._vocab import ConfigError
 
 __all__ = [
     "Baseline",
@@ -58,7 +59,7 @@ SUMMARY_NAME = "summary.json"
 LATEST = "latest"
 
 
-class BaselineError(Exception):
+class BaselineError(ConfigError):
     """A baseline that cannot be used: names the path and what is wrong."""
 
 

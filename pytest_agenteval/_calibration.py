@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._metrics import fleiss_kappa, summarize
+from ._vocab import GRADED_VERDICTS, Bands
 
-LABELS = ("pass", "warn", "fail")
+LABELS = GRADED_VERDICTS
 UNDEFINED_KAPPA = "kappa undefined — review the golden dataset for class balance"
 DEFAULT_MIN_N = 10
 GATE_ON = ("point", "lower")
@@ -385,16 +386,14 @@ def calibration_cost(
 
     ``usd`` is None once any grade's model has no known rate.
     """
-    from ._cost import add, cost_of
+    from ._batch import grade_cost
+    from ._cost import add
 
     zero: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     total: dict[str, Any] = dict(zero)
     pillars: dict[str, dict[str, Any]] = {}
     for r in rows:
-        meta = _judge_meta(r)
-        model = meta.get("model_requested") or meta.get("judge") or r.get("judge")
-        usage = meta.get("usage") if isinstance(meta.get("usage"), Mapping) else None
-        cost = cost_of(str(model) if model else None, usage, rates)
+        cost = grade_cost(_judge_meta(r), r.get("judge"), rates)  # batch grades: batch price
         if not (cost.prompt_tokens or cost.completion_tokens):
             continue
         total = add(total, cost)
@@ -505,7 +504,7 @@ BORDERLINE_MARGIN = 0.1
 
 
 def derived_stratum(
-    expected: str, score_min: float, score_max: float, *, pass_: float = 0.70, warn: float = 0.40
+    expected: str, score_min: float, score_max: float, *, bands: Bands | None = None
 ) -> str:
     """The stratum an entry without one belongs to, from its verdict and score band.
 
@@ -514,13 +513,14 @@ def derived_stratum(
     ``borderline-pass``, else ``clear-pass``; a fail whose band reaches
     within 0.1 of the warn threshold (high edge > 0.30) is
     ``borderline-fail``, else ``clear-fail``; a warn (a near miss of a pass)
-    is ``borderline-fail``, as in the bundled data. The thresholds are the
-    default bands (pass ≥ 0.70, warn ≥ 0.40) unless given.
+    is ``borderline-fail``, as in the bundled data. The thresholds are
+    *bands*, by default the default bands (pass ≥ 0.70, warn ≥ 0.40).
     """
+    bands = bands or Bands()
     if expected == "pass":
-        near = score_min < round(pass_ + BORDERLINE_MARGIN, 9)
+        near = score_min < round(bands.pass_ + BORDERLINE_MARGIN, 9)
         return "borderline-pass" if near else "clear-pass"
     if expected == "warn":
         return "borderline-fail"
-    near = score_max > round(warn - BORDERLINE_MARGIN, 9)
+    near = score_max > round(bands.warn - BORDERLINE_MARGIN, 9)
     return "borderline-fail" if near else "clear-fail"

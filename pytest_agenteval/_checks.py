@@ -31,6 +31,7 @@ import re2
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter
 from pydantic import ValidationError as _PydanticValidationError
 
+from ._vocab import AgentevalError
 from ._yaml import describe_key, describe_value, format_loc
 
 __all__ = [
@@ -127,7 +128,7 @@ class Check:
         return {self.kind: arg}
 
 
-class CheckSyntaxError(ValueError):
+class CheckSyntaxError(AgentevalError, ValueError):
     """A check mapping that does not fit the vocabulary; ``loc`` points inside it."""
 
     def __init__(self, message: str, loc: tuple[int | str, ...] = ()) -> None:

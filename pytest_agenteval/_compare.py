@@ -51,6 +51,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._text import gfm_cell as _md
+from ._text import named as _named
+from ._vocab import SCORE_DIGITS, VERDICT_RANK, format_score
+
 __all__ = [
     "DEFAULT_ALPHA",
     "Comparison",
@@ -64,9 +68,8 @@ __all__ = [
 ]
 
 DEFAULT_ALPHA = 0.05
-_RANK = {"fail": 0, "warn": 1, "pass": 2}
 _LEVELS = ("benchmark", "suite", "pillar", "article")
-_DIGITS = 6
+_DIGITS = SCORE_DIGITS  # score deltas and p-values keep a score's decimals
 
 
 def sign_test_p(worse: int, better: int) -> float:
@@ -159,15 +162,16 @@ class ScenarioChange:
 
     @property
     def paired(self) -> bool:
-        return self.before_verdict in _RANK and self.after_verdict in _RANK
+        return self.before_verdict in VERDICT_RANK and self.after_verdict in VERDICT_RANK
 
     @property
     def direction(self) -> str:
         """``worse``, ``better``, ``unchanged``, or ``not compared`` (not graded in both)."""
         if not self.paired:
             return "not compared"
-        before, after = _RANK[self.before_verdict or ""], _RANK[self.after_verdict or ""]
-        return "worse" if after < before else "better" if after > before else "unchanged"
+        before = VERDICT_RANK[self.before_verdict or ""]
+        after = VERDICT_RANK[self.after_verdict or ""]
+        return "worse" if after > before else "better" if after < before else "unchanged"
 
     @property
     def newly_failing(self) -> bool:
@@ -443,10 +447,7 @@ def _regression(
 
 def _score(value: Any) -> str:
     number = _num(value)
-    if number is None:
-        return "  -  "
-    cut = math.floor(round(number * 100, _DIGITS)) / 100  # cut, never rounded up
-    return f"{cut:.2f}"
+    return "  -  " if number is None else format_score(number)
 
 
 def _signed(value: Any) -> str:
@@ -457,11 +458,6 @@ def _signed(value: Any) -> str:
 def _p(value: Any) -> str:
     number = _num(value)
     return "-" if number is None else f"{number:.3f}"
-
-
-def _named(ids: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(ids[:limit])
-    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 def regression_sentence(regression: Regression, run_label: str) -> str:
@@ -554,7 +550,8 @@ def _verdict_line(data: Mapping[str, Any]) -> str:
     if reg.get("max_drop") is None:
         return "regression: nothing to compare"
     drop = _num(reg.get("max_drop")) or 0.0
-    where = f"{reg.get('node')} ({reg.get('level')}) {drop:+.4g}".replace("+", "−", 1)
+    # max_drop is baseline − candidate: a drop of 0.21 is a change of −0.21
+    where = f"{reg.get('node')} ({reg.get('level')}) −{abs(drop):.4g}"
     if drop <= 0:
         return "regression: none (no node dropped)"
     test = f"sign test p = {_p(reg.get('p_value'))}, α {reg.get('alpha')}"
@@ -591,19 +588,6 @@ def comparison_text(data: Mapping[str, Any]) -> list[str]:
     lines.append(f"  {_verdict_line(data)}")
     lines += [f"  note: {n}" for n in (data.get("comparison") or {}).get("notes") or ()]
     return lines
-
-
-def _md(text: Any) -> str:
-    return (
-        str(text)
-        .replace("\\", "\\\\")
-        .replace("|", "\\|")
-        .replace("`", "'")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("@", "@\u200b")
-        .replace("\n", " ")
-    )
 
 
 def comparison_markdown(data: Mapping[str, Any], *, heading: str = "###") -> str:

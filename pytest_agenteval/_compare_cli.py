@@ -107,6 +107,17 @@ def main(argv: list[str]) -> int:
         base.summary, cand.summary, alpha=alpha, regression_max=bound, baseline_ref=ref
     )
     data = summary_fields(comparison, ref)
+    from ._evidence import verify_run
+
+    checked = verify_run(args.candidate)
+    if not checked.complete:
+        # said, not refused: comparing a partial run is useful, but never silently
+        note = (
+            f"note: {args.candidate} did not complete ({checked.message}); only the scenarios "
+            "it graded are compared, and a missing scenario is neither better nor worse"
+        )
+        print(f"agenteval compare: {note}", file=sys.stderr)
+        data["candidate_incomplete"] = True
     if args.format == "json":
         _emit(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     elif args.format == "md":

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ._vocab import AgentevalError
+
 #: USD per 1M tokens (input, output). List prices at the time of writing; override in ini.
 DEFAULT_RATES: dict[str, tuple[float, float]] = {
     "gpt-4o": (2.50, 10.00),
@@ -28,8 +30,8 @@ DEFAULT_RATES: dict[str, tuple[float, float]] = {
 }
 
 
-class BudgetExceeded(Exception):
-    pass
+class BudgetExceeded(AgentevalError):
+    """The cost budget is reached: no further paid call; the item is not evaluated."""
 
 
 def parse_rates(lines: Iterable[str]) -> dict[str, tuple[float, float]]:

@@ -9,13 +9,10 @@ aggregate through one code path.
 
 Verdicts come from scores by bands — pass ≥ ``pass``, warn ≥ ``warn``, else
 fail — at every level. A result whose grade could not be obtained has verdict
-``error`` and no score; it is never counted as a pass or a fail.
-
-Scores are rounded once, to :data:`SCORE_DIGITS` decimals, when an
-:class:`EvalResult` is made, and :func:`band_verdict` compares that rounded
-score with the bands: the score written anywhere and the verdict beside it
-never disagree (three scenarios at 0.80 average to 0.8, not
-0.7999999999999999, and pass a 0.80 band).
+``error`` and no score; it is never counted as a pass or a fail. The bands,
+the one rounding of a score and the aggregation names are the vocabulary of
+:mod:`pytest_agenteval._vocab`; a score is rounded when an :class:`EvalResult`
+is made.
 
 A verdict never improves going up through a ``min`` or ``cap_by_worst`` node,
 nor past a ``required`` component: each child's verdict was decided at the
@@ -28,10 +25,28 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Protocol, runtime_checkable
 
 from ._checks import Answer, Check
+from ._vocab import (
+    AGGREGATION_NAMES,
+    GRADED,
+    GRADED_VERDICTS,
+    MONOTONE_AGGREGATIONS,
+    SCORE_DIGITS,
+    VERDICT_RANK,
+    VERDICTS,
+    AgentevalError,
+    Aggregation,
+    Bands,
+    Verdict,
+    band_verdict,
+    format_score,
+    round_score,
+    score_severity,
+    worst_severity,
+)
 
 __all__ = [
     "AGGREGATIONS",
@@ -39,6 +54,7 @@ __all__ = [
     "SCORE_DIGITS",
     "AtomicCodeEval",
     "AtomicJudgeEval",
+    "Bands",
     "Component",
     "CompositeEval",
     "CriterionResult",
@@ -52,85 +68,21 @@ __all__ = [
     "injection_suspected",
     "round_score",
     "score_severity",
+    "worst_severity",
 ]
 
 MAX_NESTING_DEPTH = 32
 
-Verdict = Literal["pass", "warn", "fail", "error", "skipped"]
-GRADED: frozenset[str] = frozenset({"pass", "warn", "fail"})
-SEVERITIES = ("low", "medium", "high", "critical")
-_RANK = {s: i for i, s in enumerate(SEVERITIES)}
-_VERDICT_RANK = {"pass": 0, "warn": 1, "fail": 2}
-
 #: Cap-by-worst ceilings: a failed component of this severity caps the parent's score.
 CAPS: Mapping[str, float] = {"critical": 0.40, "high": 0.69}
-#: Decimals a score keeps; the one rounding of every score (see :func:`round_score`).
-SCORE_DIGITS = 6
 #: Nodes that are pytest items: a scenario, or one sample of it. Judges and
 #: criteria below them are parts of one item's grade, not items.
 ITEM_KINDS = frozenset({"scenario", "sample"})
 _GRADE_PART_KINDS = frozenset({"judge", "criterion"})
 
 
-def round_score(score: float) -> float:
-    """*score* rounded to :data:`SCORE_DIGITS` decimals: the only rounding of a score."""
-    return round(float(score), SCORE_DIGITS)
-
-
-def format_score(score: float, digits: int = 2) -> str:
-    """*score* shown with *digits* decimals, cut (rounded down), never rounded up.
-
-    A shown score then reaches a threshold of *digits* decimals exactly when
-    the score does: 0.695 shows as 0.69 beside its WARN under a 0.70 pass
-    band, never as a 0.70 that looks like a pass.
-    """
-    scale = 10**digits
-    # round_score first: 0.29 * 100 is 28.999999999999996 in binary floating point.
-    cut = math.floor(round(round_score(score) * scale, SCORE_DIGITS)) / scale
-    return f"{cut:.{digits}f}"
-
-
-class NestingError(ValueError):
+class NestingError(AgentevalError, ValueError):
     """A composite nested deeper than :data:`MAX_NESTING_DEPTH`."""
-
-
-@dataclass(frozen=True)
-class Bands:
-    """Score bands: pass ≥ ``pass_``, warn ≥ ``warn``, else fail."""
-
-    pass_: float = 0.70
-    warn: float = 0.40
-
-    def __post_init__(self) -> None:
-        if not (0.0 <= self.warn <= self.pass_ <= 1.0):
-            raise ValueError(f"bands need 0 <= warn <= pass <= 1, got {self}")
-
-
-def band_verdict(score: float, bands: Bands) -> Verdict:
-    """The verdict a score earns under *bands* (the warn band is real).
-
-    The score is compared as written: rounded by :func:`round_score`.
-    """
-    score = round_score(score)
-    if score >= bands.pass_:
-        return "pass"
-    if score >= bands.warn:
-        return "warn"
-    return "fail"
-
-
-def score_severity(score: float) -> str:
-    """Severity implied by how badly a failed item scored.
-
-    < 0.20 critical, < 0.40 high, < 0.60 medium, otherwise low.
-    """
-    if score < 0.20:
-        return "critical"
-    if score < 0.40:
-        return "high"
-    if score < 0.60:
-        return "medium"
-    return "low"
 
 
 def injection_suspected(result: EvalResult) -> bool:
@@ -144,11 +96,6 @@ def injection_suspected(result: EvalResult) -> bool:
     return any(injection_suspected(c) for c in result.children if c.kind in _GRADE_PART_KINDS)
 
 
-def worst_severity(*severities: str | None) -> str | None:
-    present = [s for s in severities if s]
-    return max(present, key=_RANK.__getitem__) if present else None
-
-
 @dataclass(frozen=True)
 class CriterionResult:
     criterion: str
@@ -157,12 +104,7 @@ class CriterionResult:
     check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "criterion": self.criterion,
-            "met": self.met,
-            "reasoning": self.reasoning,
-            "check": self.check,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CriterionResult:
@@ -216,7 +158,7 @@ class EvalResult:
 
     def counts(self) -> dict[str, int]:
         """Item outcomes beneath (or of) this result: one per item, see :meth:`items`."""
-        total = dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
+        total: dict[str, int] = dict.fromkeys(VERDICTS, 0)
         for item in self.items():
             total[item.verdict] += 1
         return total
@@ -345,13 +287,13 @@ def majority_vote(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]
     question is "how often does it pass", not "how well on average".
     """
     ws = _weights(results)
-    share = dict.fromkeys(("pass", "warn", "fail"), 0.0)
+    share: dict[str, float] = dict.fromkeys(GRADED_VERDICTS, 0.0)
     for w, r in zip(ws, results, strict=True):
         share[r.verdict] += w
     best = max(share.values())
     verdict = max(
         (v for v, s in share.items() if math.isclose(s, best, abs_tol=1e-12)),
-        key=_VERDICT_RANK.__getitem__,
+        key=VERDICT_RANK.__getitem__,
     )
     return share["pass"], verdict  # type: ignore[return-value]
 
@@ -361,13 +303,15 @@ def _s(result: EvalResult) -> float:
     return result.score
 
 
-AGGREGATIONS: dict[str, AggregateFn] = {
+_BY_NAME: dict[Aggregation, AggregateFn] = {
     "weighted_sum": weighted_sum,
     "weighted_median": weighted_median,
     "min": minimum,
     "cap_by_worst": cap_by_worst,
     "majority_vote": majority_vote,
 }
+#: The strategy of each aggregation name of the vocabulary, in its order.
+AGGREGATIONS: dict[str, AggregateFn] = {name: _BY_NAME[name] for name in AGGREGATION_NAMES}
 
 
 def aggregate(name: str, results: Sequence[EvalResult]) -> tuple[float, Verdict | None]:
@@ -503,7 +447,7 @@ def combine_results(
     score = round_score(raw)
     verdict = override or band_verdict(score, bands)
     reasons: list[str] = []
-    if aggregation in _MONOTONE:
+    if aggregation in MONOTONE_AGGREGATIONS:
         verdict = _bounded(verdict, graded, f"{aggregation}: worst component", reasons)
     verdict = _bounded(verdict, [c for c in graded if c.required], "required component", reasons)
     node_severity = None
@@ -522,8 +466,6 @@ def combine_results(
     )
 
 
-#: Aggregations through which a verdict never improves.
-_MONOTONE = frozenset({"min", "cap_by_worst"})
 _WORDS = {"fail": "failed", "warn": "warned"}
 
 
@@ -533,8 +475,8 @@ def _bounded(
     """*verdict*, made no better than the worst verdict among *bounds* (graded children)."""
     if not bounds:
         return verdict
-    worst = max(bounds, key=lambda c: _VERDICT_RANK[c.verdict]).verdict
-    if _VERDICT_RANK[worst] <= _VERDICT_RANK[verdict]:
+    worst = max(bounds, key=lambda c: VERDICT_RANK[c.verdict]).verdict
+    if VERDICT_RANK[worst] <= VERDICT_RANK[verdict]:
         return verdict
     keys = [c.key for c in bounds if c.verdict == worst]
     reasons.append(f"{label} {_WORDS[worst]}: {', '.join(keys)}")
@@ -625,26 +567,17 @@ class AtomicCodeEval:
         try:
             value = self.fn(input)
         except Exception as exc:  # a broken check is an error, not a fail
-            return EvalResult(
-                self.key,
-                self.name,
-                None,
-                "error",
-                kind="code",
-                error=f"{type(exc).__name__}: {exc}",
-            )
+            return self._error(f"{type(exc).__name__}: {exc}")
         score = float(value)
         if (isinstance(value, bool) is False and not (0.0 <= score <= 1.0)) or math.isnan(score):
-            return EvalResult(
-                self.key,
-                self.name,
-                None,
-                "error",
-                kind="code",
-                error=f"code eval returned {value!r}; expected a bool or a score in [0, 1]",
+            return self._error(
+                f"code eval returned {value!r}; expected a bool or a score in [0, 1]"
             )
         verdict = band_verdict(score, self.bands)
         severity = (
             worst_severity(self.severity, score_severity(score)) if verdict == "fail" else None
         )
         return EvalResult(self.key, self.name, score, verdict, kind="code", severity=severity)
+
+    def _error(self, why: str) -> EvalResult:
+        return EvalResult(self.key, self.name, None, "error", kind="code", error=why)

@@ -120,6 +120,9 @@ from typing import Any, TypeGuard
 
 import rfc8785
 
+from ._text import clip
+from ._vocab import EvidenceError
+
 __all__ = [
     "CONVERTED_KEY",
     "MANIFEST_NAME",
@@ -621,7 +624,7 @@ def _scan(run_dir: Path) -> tuple[list[str], list[str]]:
     return regular, other
 
 
-class _Unreadable(Exception):
+class _Unreadable(EvidenceError):
     """A file that evidence is never read from: not a regular file, too large, or changing."""
 
 
@@ -1119,7 +1122,7 @@ def verify_run(run_dir: Path, expect_head: str | None = None) -> VerifyResult:
         _check_completion(info, sums is not None, chain, found)
     if expected is not None and chain.head != expected:
         found.add(
-            f"chain head mismatch: expected {_abbr(expected)}, found {_abbr(chain.head)} "
+            f"chain head mismatch: expected {expected}, found {chain.head} "
             "(records cut or replaced, or files changed and re-sealed?)"
         )
     seal = chain.seal
@@ -1273,8 +1276,7 @@ def _is_count(value: Any) -> bool:
 
 
 def _brief(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 120 else text[:117] + "..."
+    return clip(str(exc) or type(exc).__name__, 120, "...")
 
 
 # --- SHA256SUMS --------------------------------------------------------------
@@ -1345,33 +1347,52 @@ def _sums_path_problem(
     return None
 
 
-def _check_listed(digests: _Digests, sums: dict[str, str], found: _Findings) -> None:
-    """Every listed file must exist as a regular file with the listed digest."""
-    for rel, digest in sums.items():
+def _check_digests(
+    digests: _Digests, listed: Mapping[str, str], found: _Findings, *, changed: str, missing: str
+) -> None:
+    """Every file in *listed* must exist as a regular file with its listed digest."""
+    for rel, digest in listed.items():
         try:
             if digests.of(rel) != digest:
-                found.add(f"{_show(rel)}: SHA-256 mismatch")
+                found.add(f"{_show(rel)}: {changed}")
         except (FileNotFoundError, NotADirectoryError):
-            found.add(f"{_show(rel)}: listed in {SUMS_NAME} but missing")
+            found.add(f"{_show(rel)}: {missing}")
         except _Unreadable as exc:
             found.add(f"{_show(rel)}: {exc}")
         except OSError as exc:
             found.io(f"{_show(rel)}: cannot read ({exc.strerror or exc})")
 
 
-def _check_unlisted(run_dir: Path, sums: dict[str, str], found: _Findings) -> None:
-    """Anything in the directory that SHA256SUMS does not vouch for was added later."""
+def _check_added(
+    run_dir: Path, vouched: set[str], found: _Findings, *, regular: str, other: str
+) -> None:
+    """Any file in the directory that is not *vouched* for was added later."""
     try:
-        regular, other = _scan(run_dir)
+        regular_files, other_files = _scan(run_dir)
     except OSError as exc:
         found.io(f"{run_dir}: cannot list files ({exc.strerror or exc})")
         return
-    for rel in sorted(regular, key=os.fsencode):
-        if rel != SUMS_NAME and rel not in sums:
-            found.add(f"{_show(rel)}: not listed in {SUMS_NAME} (added after the run?)")
-    for rel in sorted(other, key=os.fsencode):
-        if rel not in sums and rel != SUMS_NAME:
-            found.add(f"{_show(rel)}: not a regular file (symlink or special file added?)")
+    for files, what in ((regular_files, regular), (other_files, other)):
+        for rel in sorted(files, key=os.fsencode):
+            if rel not in vouched:
+                found.add(f"{_show(rel)}: {what}")
+
+
+def _check_listed(digests: _Digests, sums: dict[str, str], found: _Findings) -> None:
+    """Every listed file must exist as a regular file with the listed digest."""
+    missing = f"listed in {SUMS_NAME} but missing"
+    _check_digests(digests, sums, found, changed="SHA-256 mismatch", missing=missing)
+
+
+def _check_unlisted(run_dir: Path, sums: dict[str, str], found: _Findings) -> None:
+    """Anything in the directory that SHA256SUMS does not vouch for was added later."""
+    _check_added(
+        run_dir,
+        {SUMS_NAME, *sums},
+        found,
+        regular=f"not listed in {SUMS_NAME} (added after the run?)",
+        other="not a regular file (symlink or special file added?)",
+    )
 
 
 # --- results.jsonl and the seal ----------------------------------------------------
@@ -1528,28 +1549,20 @@ def _is_file_map(value: Any) -> bool:
 
 def _check_sealed_files(run_dir: Path, digests: _Digests, seal: _Seal, found: _Findings) -> None:
     """Each file the seal lists must be unchanged, and no other file may have appeared."""
-    for rel, digest in seal.files.items():
-        try:
-            if digests.of(rel) != digest:
-                found.add(f"{_show(rel)}: SHA-256 does not match the seal (changed after the run?)")
-        except (FileNotFoundError, NotADirectoryError):
-            found.add(f"{_show(rel)}: sealed but missing (deleted?)")
-        except _Unreadable as exc:
-            found.add(f"{_show(rel)}: {exc}")
-        except OSError as exc:
-            found.io(f"{_show(rel)}: cannot read ({exc.strerror or exc})")
-    try:
-        regular, other = _scan(run_dir)
-    except OSError as exc:
-        found.io(f"{run_dir}: cannot list files ({exc.strerror or exc})")
-        return
-    unsealed = {RESULTS_NAME, SUMS_NAME} | set(seal.files)
-    for rel in sorted(regular, key=os.fsencode):
-        if rel not in unsealed:
-            found.add(f"{_show(rel)}: present but not sealed (added after the run?)")
-    for rel in sorted(other, key=os.fsencode):
-        if rel not in unsealed:
-            found.add(f"{_show(rel)}: not a regular file, and not sealed (added after the run?)")
+    _check_digests(
+        digests,
+        seal.files,
+        found,
+        changed="SHA-256 does not match the seal (changed after the run?)",
+        missing="sealed but missing (deleted?)",
+    )
+    _check_added(
+        run_dir,
+        {RESULTS_NAME, SUMS_NAME, *seal.files},
+        found,
+        regular="present but not sealed (added after the run?)",
+        other="not a regular file, and not sealed (added after the run?)",
+    )
 
 
 def _check_completion(info: _ManifestInfo, sealed: bool, chain: _Chain, found: _Findings) -> None:

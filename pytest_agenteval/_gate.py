@@ -32,16 +32,15 @@ it is visible without failing CI. A partial run (``-k``, ``-m``, ``--lf``,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ._compare import Regression, regression_sentence
-from ._evals import EvalResult, format_score, injection_suspected
+from ._evals import EvalResult, injection_suspected
 from ._family import Plan
 from ._suites import SuiteReport
-
-#: How many scenario ids a gate reason names before "and N more".
-NAMED_LIMIT = 10
+from ._text import named
+from ._vocab import format_score
 
 
 @dataclass(frozen=True)
@@ -64,16 +63,10 @@ class GateOutcome:
         }
 
 
-def named(ids: Sequence[str], limit: int = NAMED_LIMIT) -> str:
-    """``a, b, c`` — at most *limit* ids, then ``and N more``."""
-    shown = ", ".join(ids[:limit])
-    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
-
-
 def shown_apart(score: float, threshold: float) -> tuple[str, str]:
     """*score* and *threshold* shown with the fewest decimals (2 to 6) that tell them apart.
 
-    Both are cut, never rounded up (see :func:`~pytest_agenteval._evals.format_score`),
+    Both are cut, never rounded up (see :func:`~pytest_agenteval._vocab.format_score`),
     so a reason never reads "0.87 below the gate minimum 0.87".
     """
     for digits in range(2, 7):
@@ -203,7 +196,10 @@ def decide_gate(
             "outside them is not seen — run the full preset before relying on it"
         )
     if counts["skipped"]:
-        notes.append(f"{counts['skipped']} item(s) skipped (nothing the judge could grade)")
+        notes.append(
+            f"{counts['skipped']} item(s) skipped, not graded (nothing the judge could grade, "
+            "or no recorded answer to replay; pytest -rs gives each reason)"
+        )
     return GateOutcome(not reasons, reasons, notes, critical, flagged)
 
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._compare import comparison_markdown
+from ._text import gfm_cell as _md
+from ._vocab import format_score
 
 __all__ = [
     "MAX_ANNOTATIONS",
@@ -151,24 +153,10 @@ def error_annotations(
     return [_command(m, title=t, file=f, line=ln) for m, t, f, ln in found]
 
 
-def _md(text: Any) -> str:
-    return (
-        str(text)
-        .replace("\\", "\\\\")
-        .replace("|", "\\|")
-        .replace("`", "'")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("@", "@\u200b")
-        .replace("\r", " ")
-        .replace("\n", " ")
-    )
-
-
 def _cut(value: Any) -> str:
     """A score cut (never rounded up) to two decimals, as everywhere else."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{int(round(value * 100, 6)) / 100:.2f}"
+        return format_score(value)
     return "–"
 
 

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -37,9 +37,9 @@ from pydantic import (
     model_validator,
 )
 
+from ._vocab import GradedVerdict, SpecError
 from ._yaml import (
     MAX_DEPTH,
-    SpecError,
     describe_key,
     describe_value,
     format_loc,
@@ -50,16 +50,17 @@ if TYPE_CHECKING:
     from ._family import Family
 
 MAX_GOLDEN_BYTES = 16 * 1024 * 1024
-VERDICTS = ("pass", "warn", "fail")
-STRATA = ("clear-pass", "borderline-pass", "borderline-fail", "clear-fail")
-ADVERSARIAL = (
+Stratum = Literal["clear-pass", "borderline-pass", "borderline-fail", "clear-fail"]
+STRATA: tuple[str, ...] = get_args(Stratum)
+Adversarial = Literal[
     "confidently-wrong",
     "evasive",
     "wrong-reason-refusal",
     "format-perfect-failure",
     "surface-imperfect-success",
     "injection",
-)
+]
+ADVERSARIAL: tuple[str, ...] = get_args(Adversarial)
 
 _Score = StrictFloat | StrictInt
 
@@ -72,24 +73,14 @@ class _Entry(BaseModel):
     article: StrictStr = Field(min_length=1)
     input: StrictStr
     response: StrictStr
-    expected_verdict: Literal["pass", "warn", "fail"]
+    expected_verdict: GradedVerdict
     expected_score_min: _Score
     expected_score_max: _Score
     rationale: StrictStr = ""
-    stratum: Literal["clear-pass", "borderline-pass", "borderline-fail", "clear-fail"] | None = None
-    adversarial: (
-        Literal[
-            "confidently-wrong",
-            "evasive",
-            "wrong-reason-refusal",
-            "format-perfect-failure",
-            "surface-imperfect-success",
-            "injection",
-        ]
-        | None
-    ) = None
+    stratum: Stratum | None = None
+    adversarial: Adversarial | None = None
     split: Literal["calibration", "holdout"] = "calibration"
-    labels: list[Literal["pass", "warn", "fail"]] = Field(default_factory=list)
+    labels: list[GradedVerdict] = Field(default_factory=list)
     provenance: dict[str, Any] | StrictStr | None = None
 
     @model_validator(mode="after")

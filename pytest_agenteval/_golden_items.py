@@ -18,18 +18,18 @@ from typing import Any
 import pytest
 
 from ._checks import Check
-from ._collect import STATE, AgentevalError
+from ._collect import STATE
 from ._evals import EvalResult, band_verdict, combine_results
 from ._family import Article, Family
 from ._golden import GoldenEntry, Triage, load_golden, triage
-from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result
+from ._judges import GradeRequest, criteria_from, grade_to_result
 from ._spec import Scenario
 from ._subjects import Response
-from ._yaml import SpecError
+from ._vocab import AgentevalError, ConfigError, ItemError, SpecError
 
 
-class CalibrationMismatch(AssertionError):
-    pass
+class CalibrationMismatch(AgentevalError, AssertionError):
+    """A FAIL outcome of a calibration item: the judge disagreed with the label."""
 
 
 _TOOL_CHECKS = {"tool_called", "no_tool_called"}
@@ -137,17 +137,16 @@ class CalibrationItem(pytest.Item):
                 for c in criteria_from(scenario.evaluation_criteria)
             )
         if not self.article.meta.rubric:
-            raise AgentevalError(
+            raise ItemError(
                 f"{self.entry.id}: synthetic entry for {self.article.control_id}, which declares "
                 "no substance rubric (metadata.rubric)"
             )
         return criteria_from(self.article.meta.rubric)
 
-    def setup(self) -> None:
-        state = self.config.stash[STATE]
-        judges = state.judges()
+    def grade_request(self) -> GradeRequest:
+        """What the judges are asked for this entry (the same live and in a batch)."""
         criteria = self.criteria()
-        request = GradeRequest(
+        return GradeRequest(
             scenario_id=self.entry.scenario_id,
             prompt=self.entry.input,
             answer=Response(self.entry.response).answer(),
@@ -165,6 +164,14 @@ class CalibrationItem(pytest.Item):
                 **_scenario_context(self.scenario()),
             },
         )
+
+    def setup(self) -> None:
+        from ._batch import batched_judges
+
+        state = self.config.stash[STATE]
+        # with --judge-batch, a judge's grade comes from its batch (gathered before the loop)
+        judges = batched_judges(self.config, self.nodeid, state.judges())
+        request = self.grade_request()
         try:
             result = state.scheduler.run_coro(self._grade(judges, request))
         except ConfigError as exc:
@@ -207,9 +214,7 @@ class CalibrationItem(pytest.Item):
             "nodeid": self.nodeid,
         }
         if result.verdict == "error":
-            raise AgentevalError(
-                f"{self.entry.id}: judge error (evaluation failure): {result.error}"
-            )
+            raise ItemError(f"{self.entry.id}: judge error (evaluation failure): {result.error}")
         if result.verdict == "skipped":
             self.payload["actual"] = None
             pytest.skip(f"{self.entry.id}: {result.reasoning}")
@@ -265,7 +270,7 @@ class CalibrationItem(pytest.Item):
             if p["reasoning"]:
                 lines.append(f"judge: {p['reasoning']}")
             return self.config.stash[STATE].redactor.text("\n".join(lines))
-        if isinstance(excinfo.value, AgentevalError):
+        if isinstance(excinfo.value, ItemError):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
 

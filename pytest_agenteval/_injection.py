@@ -69,6 +69,7 @@ from typing import Any
 
 from ._checks import Answer
 from ._evidence import json_safe
+from ._text import clip
 
 __all__ = [
     "DEFAULT_SCAN_CHARS",
@@ -98,8 +99,7 @@ DELIMITER = re.compile(
 
 
 def snippet(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(" ".join(text.split()), limit)
 
 
 # --------------------------------------------------------------------------- normalising

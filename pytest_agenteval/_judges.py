@@ -28,7 +28,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from ._checks import Answer, Check
-from ._evals import Bands, CriterionResult, EvalResult, band_verdict, score_severity, worst_severity
+from ._evals import CriterionResult, EvalResult
+from ._vocab import (
+    AgentevalError,
+    Bands,
+    ConfigError,
+    JudgeError,
+    band_verdict,
+    score_severity,
+    worst_severity,
+)
 
 __all__ = [
     "ConfigError",
@@ -41,18 +50,7 @@ __all__ = [
 ]
 
 
-class JudgeError(Exception):
-    """No grade could be obtained; the item is an ERROR, never a pass or fail."""
-
-
-class ConfigError(Exception):
-    """A judge or subject is misconfigured (bad key, unknown model): the run stops.
-
-    Messages name the environment variable or the model, never a credential.
-    """
-
-
-class NotGradable(Exception):
+class NotGradable(AgentevalError):
     """This judge has nothing it can decide for the item (it is skipped, with the reason)."""
 
 
@@ -160,32 +158,22 @@ async def grade_to_result(
 ) -> EvalResult:
     """Grade (checked criteria by their checks) and turn the grade into an
     :class:`EvalResult` (verdict from score)."""
+    judge_name = getattr(judge, "name", "judge")
+
+    def errored(error: str, meta: Mapping[str, Any] | None = None) -> EvalResult:
+        return EvalResult(key, name, None, "error", kind="scenario", error=error, meta=meta or {})
+
     try:
         grade = await grade_with_checks(judge, request)
     except NotGradable as exc:
         return EvalResult(key, name, None, "skipped", kind="scenario", reasoning=str(exc))
     except JudgeError as exc:
         details = getattr(exc, "details", None)
-        return EvalResult(
-            key,
-            name,
-            None,
-            "error",
-            kind="scenario",
-            error=str(exc),
-            meta={"judge": getattr(judge, "name", "judge"), **(details or {})},
-        )
+        return errored(str(exc), {"judge": judge_name, **(details or {})})
     except (ConfigError, asyncio.CancelledError):
         raise
     except Exception as exc:  # a judge that crashes is an error, never a grade
-        return EvalResult(
-            key,
-            name,
-            None,
-            "error",
-            kind="scenario",
-            error=f"judge {getattr(judge, 'name', 'judge')} raised {type(exc).__name__}: {exc}",
-        )
+        return errored(f"judge {judge_name} raised {type(exc).__name__}: {exc}")
     return result_from_grade(grade, key=key, name=name, bands=bands, severity=severity)
 
 

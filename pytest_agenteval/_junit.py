@@ -66,19 +66,19 @@ at *max_text_chars* with a marker saying how many characters were cut.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from ._text import as_text, clip, visible_escape
+from ._vocab import VERDICTS
 
 __all__ = [
     "DEFAULT_MAX_TEXT_CHARS",
     "article_of",
     "as_text",
     "case_name",
-    "clip",
     "control_of",
     "criteria_lines",
     "family_of",
@@ -98,63 +98,17 @@ DEFAULT_MAX_TEXT_CHARS = 64 * 1024
 #: Attribute values (``message=``) are one line and short.
 MAX_ATTR_CHARS = 1024
 
-# XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
-_XML_INVALID = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-_SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
-
-_OUTCOMES = ("pass", "warn", "fail", "error", "skipped")
-
 Redact = Callable[[str], str]
 
 
 # --------------------------------------------------------------------------- text
 
 
-def _join_pair(match: re.Match[str]) -> str:
-    return match.group().encode("utf-16", "surrogatepass").decode("utf-16")
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def visible_escape(text: str) -> str:
-    """*text* with every character XML 1.0 cannot hold shown as ``\\xNN``/``\\uNNNN``.
-
-    A surrogate pair held as two code points becomes the character it
-    encodes; lone surrogates, U+FFFE, U+FFFF and C0 controls other than tab,
-    line feed and carriage return are escaped. The result is also valid UTF-8.
-    """
-    if (text.isascii() and text.isprintable()) or not _XML_INVALID.search(text):
-        return text
-    text = _SURROGATE_PAIR.sub(_join_pair, text)
-    return _XML_INVALID.sub(_escape_char, text)
-
-
-def clip(text: str, limit: int) -> str:
-    """*text* cut to *limit* characters plus a marker saying how much was cut."""
-    if len(text) <= limit:
-        return text
-    keep = max(limit, 0)
-    if keep and "\ud800" <= text[keep - 1] <= "\udbff":  # do not split a surrogate pair
-        keep -= 1
-    cut = len(text) - keep
+def _marker(cut: int, total: int) -> str:
     return (
-        f"{text[:keep]}\n[... truncated by pytest-agenteval: {cut} of {len(text)} "
-        "characters cut; the full text is in the run's evidence (results.jsonl)]"
+        f"\n[... truncated by pytest-agenteval: {cut} of {total} characters cut; "
+        "the full text is in the run's evidence (results.jsonl)]"
     )
-
-
-def as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=repr)
-    except ValueError:  # circular structure
-        return repr(value)
 
 
 class _Text:
@@ -168,7 +122,8 @@ class _Text:
         text = as_text(value)
         if self.redact is not None and text:
             text = self.redact(text)
-        return visible_escape(clip(text, self.max_chars if limit is None else limit))
+        limit = self.max_chars if limit is None else limit
+        return visible_escape(clip(text, limit, _marker, within=False))
 
     def line(self, value: Any) -> str:
         """A short text, for an attribute value (line breaks survive as ``&#10;``)."""
@@ -200,7 +155,7 @@ def article_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
 def verdict_of(record: Mapping[str, Any]) -> str:
     """The record's verdict; anything unknown counts as ``error`` (never a pass)."""
     verdict = result_of(record).get("verdict")
-    return verdict if verdict in _OUTCOMES else "error"
+    return verdict if verdict in VERDICTS else "error"
 
 
 def control_of(record: Mapping[str, Any]) -> str:
@@ -512,7 +467,7 @@ def junit_xml(
     totals = dict.fromkeys(("tests", "failures", "errors"), 0)
     total_time = 0.0
     for family, members in by_family.items():
-        counts = dict.fromkeys(_OUTCOMES, 0)
+        counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
         for record in members:
             counts[verdict_of(record)] += 1
         seconds = math.fsum(_duration(r) for r in members)

@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._vocab import GRADED_VERDICTS
+
 __all__ = [
     "BIN_EDGE_TOLERANCE",
     "DEFAULT_LABELS",
@@ -63,7 +65,7 @@ __all__ = [
     "summarize",
 ]
 
-DEFAULT_LABELS: tuple[str, ...] = ("pass", "warn", "fail")
+DEFAULT_LABELS: tuple[str, ...] = GRADED_VERDICTS
 
 _NAN = float("nan")
 _PE_TOLERANCE = 1e-12

@@ -60,7 +60,7 @@ results are dropped. Whenever anything was dropped or cut, a run-level note
 ``run.properties`` holds the counts. The full text is in the evidence.
 
 Text: every string passes the same escaping as ``junit.xml``
-(:func:`~pytest_agenteval._junit.visible_escape`): lone surrogates, C0
+(:func:`~pytest_agenteval._text.visible_escape`): lone surrogates, C0
 controls other than tab/LF/CR, U+FFFE and U+FFFF become visible
 ``\\xNN``/``\\uNNNN`` escapes, so the log is valid UTF-8 JSON; emoji are kept.
 
@@ -110,7 +110,6 @@ from sarif_om import (
 
 from ._junit import (
     article_of,
-    as_text,
     case_name,
     control_of,
     criteria_lines,
@@ -122,8 +121,9 @@ from ._junit import (
     scenario_of,
     score_text,
     verdict_of,
-    visible_escape,
 )
+from ._text import as_text, truncate, visible_escape
+from ._vocab import VERDICTS, most_severe_first
 
 __all__ = [
     "DEFAULT_MAX_GZIP_BYTES",
@@ -164,7 +164,6 @@ MAX_FIELD_CHARS = 1_024
 
 _LEVELS = {"critical": "error", "high": "error", "medium": "warning", "low": "note"}
 _LEVEL_RANK = {"error": 0, "warning": 1, "note": 2, "none": 3}
-_SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 
 _WINDOWS_ABSOLUTE = re.compile(r"[A-Za-z]:[\\/]|[\\/]{2}")
 
@@ -477,19 +476,8 @@ def _error_text(record: Mapping[str, Any], redact: Redact | None) -> str:
     return visible_escape(_redacted(text, redact))
 
 
-def _cut(text: str, limit: int) -> tuple[str, bool]:
-    if len(text) <= limit:
-        return text, False
-    cut = len(text)
-    marker = ""
-    for _ in range(2):  # the marker's own length changes how much is cut
-        marker = f" [... {cut} characters cut; full text in the run evidence]"
-        keep = max(limit - len(marker), 0)
-        cut = len(text) - keep
-    keep = max(limit - len(marker), 0)
-    if keep and "\ud800" <= text[keep - 1] <= "\udbff":
-        keep -= 1
-    return text[:keep] + marker, True
+def _marker(cut: int, total: int) -> str:
+    return f" [... {cut} characters cut; full text in the run evidence]"
 
 
 def _level(record: Mapping[str, Any]) -> str:
@@ -506,7 +494,7 @@ def _sort_key(item: tuple[int, Mapping[str, Any]]) -> tuple[int, int, int, int]:
     return (
         _LEVEL_RANK[_level(record)],
         0 if verdict == "fail" else 1,
-        _SEVERITY_RANK.get(severity or "", len(_SEVERITY_RANK)),
+        most_severe_first(severity),
         index,
     )
 
@@ -622,7 +610,7 @@ def sarif_log(
             )
         )
 
-    counts = dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
+    counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
     for record in records:
         counts[verdict_of(record)] += 1
     completed = bool(run.get("completed", True)) and not run.get("interrupted", False)
@@ -678,12 +666,12 @@ def sarif_log(
     limit = max(min(max_message_chars, per_message), 1)
     while True:
         truncated = 0
-        for entry, text in zip(result_dicts, full_texts, strict=False):
-            entry["message"]["text"], cut = _cut(text, limit)
-            truncated += cut
-        for entry, text in zip(note_dicts, error_texts, strict=True):
-            entry["message"]["text"], cut = _cut(text, limit)
-            truncated += cut
+        for entry, text in (
+            *zip(result_dicts, full_texts, strict=False),
+            *zip(note_dicts, error_texts, strict=True),
+        ):
+            entry["message"]["text"], cut = truncate(text, limit, _marker)
+            truncated += cut > 0
         dropped = total_findings - len(result_dicts)
         _set_cut_note(log, dropped, total_findings, truncated, limit, len(errors) - len(note_dicts))
         if not _too_big(log, max_gzip_bytes):

@@ -35,13 +35,10 @@ from pydantic import (
 )
 
 from ._checks import Check, CheckSyntaxError, parse_check
+from ._vocab import Aggregation as AggregationName
+from ._vocab import Bands, Severity
 
 WEIGHT_TOLERANCE = 1e-3
-
-Severity = Literal["low", "medium", "high", "critical"]
-SEVERITY_RANK: dict[str, int] = {"low": 0, "medium": 1, "high": 2, "critical": 3}
-
-AGGREGATIONS = ("weighted_sum", "weighted_median", "min", "cap_by_worst", "majority_vote")
 
 
 def _norm_aggregation(value: Any) -> Any:
@@ -53,10 +50,7 @@ def _norm_aggregation(value: Any) -> Any:
     return value
 
 
-Aggregation = Annotated[
-    Literal["weighted_sum", "weighted_median", "min", "cap_by_worst", "majority_vote"],
-    BeforeValidator(_norm_aggregation),
-]
+Aggregation = Annotated[AggregationName, BeforeValidator(_norm_aggregation)]
 
 Number = float  # the models are strict: ints are accepted, bools and strings are not
 Unit = Annotated[Number, Field(ge=0.0, le=1.0)]
@@ -64,19 +58,6 @@ Unit = Annotated[Number, Field(ge=0.0, le=1.0)]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
-
-
-class Bands(_Strict):
-    """Verdict bands on the 0–1 score: pass ≥ ``pass``, warn ≥ ``warn``, else fail."""
-
-    pass_: Unit = Field(0.70, alias="pass")
-    warn: Unit = 0.40
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Bands:
-        if self.warn > self.pass_:
-            raise ValueError(f"warn ({self.warn}) must not exceed pass ({self.pass_})")
-        return self
 
 
 class Criterion(_Strict):
@@ -227,6 +208,10 @@ class GateSpec(_Strict):
     regression_alpha: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
     #: Per-suite floors for the suites' metrics, overriding a suite's own suite_min.
     suite_min: dict[StrictStr, Unit] = Field(default_factory=dict)
+    #: --pairwise=A,B: B must beat A — its win rate over non-ties above this (default 0.5)
+    #: by a one-sided exact binomial test at pairwise_alpha (default 0.05); see _pairwise.py.
+    pairwise_min_win_rate: Annotated[Number, Field(ge=0.0, lt=1.0)] | None = None
+    pairwise_alpha: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
 
 
 class SuiteSelect(_Strict):
@@ -275,6 +260,8 @@ class PresetSpec(_Strict):
     bands: Bands | None = None
     judges: Annotated[StrictInt, Field(ge=1, le=9)] = 1
     samples: Annotated[StrictInt, Field(ge=1, le=50)] = 1
+    # how a scenario's samples combine: their mean, or AgentEval's MajorityVote
+    samples_aggregation: Literal["mean", "majority_vote"] = "mean"
     mode_b: StrictBool = False
     gate: GateSpec | None = None
     calibration: CalibrationGate | None = None
@@ -286,7 +273,7 @@ class BenchmarkSpec(_Strict):
     version: StrictStr = "1"
     description: StrictStr = ""
     judge_prompt: StrictStr | None = None
-    bands: Bands = Field(default_factory=lambda: Bands.model_validate({}))
+    bands: Bands = Field(default_factory=Bands)
     aggregation: Aggregation = "weighted_sum"
     gate: GateSpec = Field(default_factory=GateSpec)
     pillars: list[PillarSpec] = Field(min_length=1)

@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._vocab import GRADED
+
 __all__ = [
     "METRICS",
     "ScenarioInfo",
@@ -90,7 +92,7 @@ def matches(select: _Select, info: ScenarioInfo) -> bool:
 
 def metric_value(metric: str, results: Sequence[tuple[float | None, str]]) -> float | None:
     """*metric* over (score, verdict) pairs; only graded ones (pass/warn/fail) count."""
-    graded = [(s, v) for s, v in results if v in ("pass", "warn", "fail") and s is not None]
+    graded = [(s, v) for s, v in results if v in GRADED and s is not None]
     if not graded:
         return None
     if metric == "pass_rate":
@@ -176,7 +178,7 @@ def score_suites(
         members = tuple(i.id for i in infos if matches(suite.select, i))
         ran = tuple(m for m in members if m in results)
         value = metric_value(suite.metric, [results[m] for m in ran])
-        graded = sum(1 for m in ran if results[m][1] in ("pass", "warn", "fail"))
+        graded = sum(1 for m in ran if results[m][1] in GRADED)
         floor = overrides.get(suite.name, suite.suite_min)
         scored.append(
             SuiteScore(

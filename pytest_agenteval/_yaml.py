@@ -40,6 +40,9 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from ._text import clip
+from ._vocab import AgentevalError, SpecError
+
 MAX_BYTES = 2 * 1024 * 1024
 MAX_ALIASES = 64
 #: Values (scalars, mappings, sequences) in a document once aliases are expanded.
@@ -54,20 +57,6 @@ _OCTALISH = re.compile(r"^[-+]?0[0-9_]+$")
 # ('<block end>') is kept; anything longer is text from the file (a tag, an
 # anchor, a directive) and is not repeated.
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-
-
-class SpecError(Exception):
-    """A problem in a benchmark or golden file, located by file and line."""
-
-    def __init__(self, path: Path | str, line: int | None, message: str) -> None:
-        self.path = Path(path)
-        self.line = line
-        self.message = message
-        super().__init__(self.location + ": " + message)
-
-    @property
-    def location(self) -> str:
-        return f"{self.path}:{self.line}" if self.line else str(self.path)
 
 
 class LineDict(dict):
@@ -87,14 +76,9 @@ class LineList(list):
 # --------------------------------------------------------------------------- messages
 
 
-def clip(text: str, limit: int = 60) -> str:
-    """*text* cut to *limit* characters, with an ellipsis when cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def describe_key(key: Any) -> str:
     """A mapping key for an error message: quoted, and short."""
-    return clip(repr(key)) if isinstance(key, str) else describe_value(key)
+    return clip(repr(key), 60) if isinstance(key, str) else describe_value(key)
 
 
 def describe_value(value: Any) -> str:
@@ -211,7 +195,7 @@ def read_limited(path: Path, limit: int, *, within: Iterable[Path] | None = None
 # --------------------------------------------------------------------------- the loader
 
 
-class _Refusal(ConstructorError):
+class _Refusal(ConstructorError, AgentevalError):
     """One of our own refusals: its message names only a key, a line or a limit."""
 
 

@@ -367,3 +367,42 @@ def test_suites_in_benchmark_yaml_are_validated(pytester: pytest.Pytester) -> No
     )
     result = pytester.runpytest("prbench", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*benchmark.yaml:*suite_min names unknown suite 'gold'*"])
+
+
+def test_regression_line_keeps_the_node_id_and_shows_a_drop_as_negative() -> None:
+    from pytest_agenteval._compare import _verdict_line
+
+    line = _verdict_line(
+        {
+            "regression": {
+                "max_drop": 0.2083,
+                "node": "eu_ai.art5.social_scoring+predictive",
+                "level": "article",
+                "p_value": 0.5,
+                "alpha": 0.05,
+                "regression_max": 0.0,
+                "failed_gate": False,
+            }
+        }
+    )
+    assert "eu_ai.art5.social_scoring+predictive (article) −0.2083" in line, line
+
+
+def test_compare_says_when_the_candidate_did_not_complete(pytester: pytest.Pytester) -> None:
+    from demo_family import make_demo
+
+    make_demo(pytester)
+    pytester.runpytest("--bench=demo", "--preset=standard")
+    pytester.runpytest("--bench=demo", "--preset=standard", "-x")  # stops at demo-extra-001
+    runs = sorted(
+        (pytester.path / ".agenteval" / "runs").glob("demo/*/*"),
+        key=lambda run: json.loads((run / "manifest.json").read_text())["completed"],
+    )
+    assert len(runs) == 2
+    partial, full = runs  # False sorts first
+    assert json.loads((partial / "manifest.json").read_text())["completed"] is False
+    assert json.loads((full / "manifest.json").read_text())["completed"] is True
+    result = pytester.run("agenteval", "compare", str(full), str(partial))
+    assert result.ret in (0, 1)  # compared, not refused
+    assert "did not complete" in result.stderr.str()
+    assert "only the scenarios it graded are compared" in result.stderr.str()

@@ -440,14 +440,14 @@ def test_tail_cut_with_consistent_reseal_needs_expect_head(
     caught = verify_run(run_dir, expect_head=head)
     assert not caught.ok
     assert caught.problems == [
-        f"chain head mismatch: expected {head[:12]}…, found {forged.head[:12]}… "  # type: ignore[index]
+        f"chain head mismatch: expected {head}, found {forged.head} "
         "(records cut or replaced, or files changed and re-sealed?)"
     ]
     assert main([str(run_dir)]) == 0
     assert main([str(run_dir), "--expect-head", head.upper()]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("OK ")
-    assert out[1].startswith(f"FAILED {run_dir}: chain head mismatch: expected {head[:12]}…")
+    assert out[1].startswith(f"FAILED {run_dir}: chain head mismatch: expected {head}, found ")
 
 
 def test_edited_manifest_header_breaks_genesis(run: tuple[Path, str]) -> None:
@@ -1065,7 +1065,7 @@ def test_a_forged_seal_is_caught_only_by_expect_head(run: tuple[Path, str]) -> N
     assert verify_run(run_dir).ok  # consistent: no secret, so undetectable alone
     caught = verify_run(run_dir, expect_head=head)
     assert caught.problems == [
-        f"chain head mismatch: expected {head[:12]}…, found {forged_head[:12]}… "
+        f"chain head mismatch: expected {head}, found {forged_head} "
         "(records cut or replaced, or files changed and re-sealed?)"
     ]
 
