@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from ._evals import (
     band_verdict,
     combine_results,
     injection_suspected,
-    round_score,
+    majority_vote,
     score_severity,
     worst_severity,
 )
@@ -41,7 +40,7 @@ from ._spec import (
     PresetSpec,
     Scenario,
 )
-from ._spec import Bands as BandsSpec
+from ._vocab import ConfigError
 from ._yaml import (
     MAX_BYTES,
     LineDict,
@@ -102,8 +101,8 @@ def _bands(pass_: float | None, warn: float | None, default: Bands) -> Bands:
     )
 
 
-def _spec_bands(spec: Any, default: Bands) -> Bands:
-    return default if spec is None else Bands(float(spec.pass_), float(spec.warn))
+def _spec_bands(spec: Bands | None, default: Bands) -> Bands:
+    return default if spec is None else spec
 
 
 @dataclass(frozen=True)
@@ -426,7 +425,7 @@ def load_single_article(path: Path) -> Family:
         version="1",
         description="",
         judge_prompt=None,
-        bands=BandsSpec.model_validate({"pass": article.bands.pass_, "warn": article.bands.warn}),
+        bands=article.bands,
         aggregation="weighted_sum",
         gate=GateSpec(),
         pillars=[pillar],
@@ -642,6 +641,8 @@ class Plan:
     gate: GateSpec
     judges: int = 1
     samples: int = 1
+    #: How a scenario's samples combine: ``mean`` or ``majority_vote`` (see combine_samples).
+    samples_aggregation: str = "mean"
     mode_b: bool = False
     note: str = ""
 
@@ -653,8 +654,8 @@ class Plan:
         return sum(len(a.scenarios) for a in self.articles())
 
 
-class PresetError(ValueError):
-    pass
+class PresetError(ConfigError, ValueError):
+    """An unknown preset or pack, or presets that extend in a cycle: a usage error."""
 
 
 def resolve_plan(family: Family, preset: str | None) -> Plan:
@@ -743,6 +744,7 @@ def resolve_plan(family: Family, preset: str | None) -> Plan:
         gate=gate,
         judges=base.judges,
         samples=base.samples,
+        samples_aggregation=base.samples_aggregation,
         mode_b=base.mode_b,
         note=note,
     )
@@ -799,7 +801,12 @@ def build_tree(
             if art.meta.pillar != pillar.key:
                 continue
             scen = _normalised(
-                combine_samples(leaves[s.id], art.bands, s.severity or art.meta.severity)
+                combine_samples(
+                    leaves[s.id],
+                    art.bands,
+                    s.severity or art.meta.severity,
+                    plan.samples_aggregation,
+                )
                 for s in art.scenarios
                 if s.id in leaves
             )
@@ -819,6 +826,8 @@ def build_tree(
                             "article": art.meta.article,
                             "path": art.path.name,
                             "scenarios": len(art.scenarios),
+                            # the article's own bands: `agenteval uncertain` reads its edges
+                            "bands": {"pass": art.bands.pass_, "warn": art.bands.warn},
                         },
                     ),
                     art.meta.pillar_weight,
@@ -856,29 +865,47 @@ def build_tree(
 
 
 def combine_samples(
-    runs: EvalResult | Sequence[EvalResult], bands: Bands, severity: str | None
+    runs: EvalResult | Sequence[EvalResult],
+    bands: Bands,
+    severity: str | None,
+    aggregation: str = "mean",
 ) -> EvalResult:
-    """Several answers to one scenario: the mean score, its standard deviation, a verdict.
+    """Several answers to one scenario: one score, its spread and interval, a verdict.
 
-    score = mean of the graded samples; ``score_std`` is their sample
-    standard deviation (n − 1); the verdict comes from the mean by the
-    article's bands. Each sample stays an item of its own (see
-    :meth:`EvalResult.items`); one flagged sample flags the scenario. Errored
-    samples do not count but stay visible as children; no graded sample at
-    all is an error (or skipped).
+    ``aggregation="mean"`` (the default): score = mean of the graded samples,
+    verdict from the mean by the article's bands. ``"majority_vote"`` (a
+    preset's ``samples_aggregation: majority_vote``, AgentEval's MajorityVote):
+    score = the share of graded samples that passed, verdict = the verdict most
+    samples got (ties go to the worse). Either way the scenario's meta carries
+    ``samples``, ``graded_samples``, ``score_std`` (sample standard deviation,
+    n − 1, of the sample scores), ``score_ci`` (95 %: a t-interval for the mean,
+    a Wilson interval for the pass share; see :mod:`pytest_agenteval._stats`),
+    ``sample_verdicts`` and ``unanimous``. Each sample stays an item of its own
+    (see :meth:`EvalResult.items`); one flagged sample flags the scenario.
+    Errored samples do not count but stay visible as children; no graded
+    sample at all is an error (or skipped).
     """
+    from ._stats import sample_stats
+
     if isinstance(runs, EvalResult):
         return runs
     if len(runs) == 1:
         return runs[0]
     first = runs[0]
     children = tuple(replace(r, key=f"{r.key}#s{i + 1}", kind="sample") for i, r in enumerate(runs))
-    graded = [r.score for r in runs if r.graded and r.score is not None]
-    meta = {**dict(first.meta), "samples": len(runs), "graded_samples": len(graded)}
+    graded_runs = [r for r in runs if r.graded and r.score is not None]
+    graded = [float(r.score) for r in graded_runs if r.score is not None]
+    meta = {
+        **dict(first.meta),
+        "samples": len(runs),
+        "graded_samples": len(graded),
+        "samples_aggregation": aggregation,
+    }
     if any(injection_suspected(r) for r in runs):  # the first sample's flag is not the scenario's
         meta["injection_suspected"] = True
     if not graded:
         none_graded: Verdict = "error" if any(r.verdict == "error" for r in runs) else "skipped"
+        meta.update(score_std=None, score_ci=None)
         return replace(
             first,
             score=None,
@@ -889,18 +916,25 @@ def combine_samples(
             meta=meta,
             error=f"no sample of {len(runs)} could be graded" if none_graded == "error" else None,
         )
-    mean = math.fsum(graded) / len(graded)
-    meta["score_std"] = round_score(statistics.stdev(graded)) if len(graded) > 1 else 0.0
-    verdict = band_verdict(mean, bands)
-    sev = worst_severity(severity, score_severity(mean)) if verdict == "fail" else None
+    meta.update(sample_stats(graded, [r.verdict for r in graded_runs], aggregation))
+    if aggregation == "majority_vote":
+        share, voted = majority_vote([replace(r, weight=1.0) for r in graded_runs])
+        score, verdict = share, voted or band_verdict(share, bands)
+        passed = sum(1 for r in graded_runs if r.verdict == "pass")
+        how = f"majority vote of {len(graded)} samples ({passed} passed)"
+    else:
+        score = math.fsum(graded) / len(graded)
+        verdict = band_verdict(score, bands)
+        how = f"mean of {len(graded)} samples"
+    sev = worst_severity(severity, score_severity(score)) if verdict == "fail" else None
     return replace(
         first,
-        score=mean,
+        score=score,
         verdict=verdict,
         severity=sev,
         children=children,
         criteria=(),
-        reasoning=f"mean of {len(graded)} samples",
+        reasoning=how,
         error=None,
         meta=meta,
     )

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-Verdict = Literal["pass", "warn", "fail", "error", "skipped"]
-Severity = Literal["low", "medium", "high", "critical"]
+from ._vocab import GradedVerdict, Severity, Verdict
+
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
 
@@ -62,6 +62,33 @@ class ResultRecord(_Open):
     )
 
 
+class McpCallRecord(_Open):
+    """One call to a condition's MCP server during an item."""
+
+    server: str = Field(description="the server's name in the conditions file")
+    name: str = Field(description="the tool called")
+    arguments: dict[str, Any]
+    result: str | None = Field(
+        default=None, description="the tool's text, cut to 2000 characters (see result_chars)"
+    )
+    result_chars: int | None = Field(default=None, ge=0, description="length of the full text")
+    is_error: bool | None = Field(default=None, description="the server flagged the result")
+    error: str | None = Field(default=None, description="the server did not answer (item ERROR)")
+    latency_s: float = Field(ge=0)
+    step: int | None = Field(default=None, description="the tool loop's model call it answered")
+
+
+class ToolLoopRecord(_Open):
+    """How an openai:/anthropic: subject's tool loop ended."""
+
+    steps: int = Field(ge=0, description="model calls made")
+    max_steps: int = Field(ge=1)
+    stopped: Literal["answer", "step_limit", "unserved_tool"] = Field(
+        description="answer: the model answered; step_limit: it still asked for tools after "
+        "max_steps calls; unserved_tool: it called a tool no server serves (a scenario's own)"
+    )
+
+
 class ItemRecord(_Open):
     """One benchmark item: a scenario under one condition and sample."""
 
@@ -81,6 +108,16 @@ class ItemRecord(_Open):
     converted: list[dict[str, Any]] | None = Field(
         default=None, description="values canonical JSON cannot hold, kept as strings"
     )
+    replay: dict[str, Any] | None = Field(
+        default=None,
+        description="--replay: file, sha256 and line of the recorded answer that was graded",
+    )
+    mcp_calls: list[McpCallRecord] | None = Field(
+        default=None, description="under a condition with MCP servers: every tool call, in order"
+    )
+    tool_loop: ToolLoopRecord | None = Field(
+        default=None, description="an openai:/anthropic: subject's tool loop, when it ran one"
+    )
 
 
 class CalibrationRecord(_Open):
@@ -93,8 +130,8 @@ class CalibrationRecord(_Open):
     pillar: str
     file: str
     line: int
-    expected: Literal["pass", "warn", "fail"]
-    actual: Literal["pass", "warn", "fail"] | None
+    expected: GradedVerdict
+    actual: GradedVerdict | None
     score: float | None
     verdict: Verdict
     prev: str
@@ -111,8 +148,39 @@ class SealRecord(_Open):
     prev: str
 
 
-class ResultsLine(RootModel[SealRecord | CalibrationRecord | ItemRecord]):
-    """A line of results.jsonl: an item, a calibration entry, or the closing seal."""
+class PairwiseSideRecord(_Open):
+    """One side's answer in a comparison (``--pairwise``)."""
+
+    label: str = Field(description="the side as given: a condition name or subject:SPEC")
+    condition: str | None
+    subject: str
+    answer: str | None = Field(description="exactly what the side's subject returned")
+    tool_calls: list[dict[str, Any]]
+    injection_suspected: bool
+    error: str | None = None
+
+
+class PairwiseRecord(_Open):
+    """One comparison of a ``--pairwise`` run: both answers and the judge's preference."""
+
+    kind: Literal["pairwise"]
+    nodeid: str
+    family: str
+    preset: str
+    scenario_id: str
+    prompt: str
+    pairwise: dict[str, Any] | None = Field(
+        description='a, b (PairwiseSideRecord), order (the sides as shown, e.g. ["b", "a"]), '
+        "preference (a, b or tie; null when not compared), judge (said: first|second|tie, "
+        "reasoning, nonce, details), swap (the position check's second verdict, with agrees), "
+        "prompt (version, sha256); null when the item errored before any answer"
+    )
+    error: str | None = Field(description="why no comparison was made; null when compared")
+    prev: str
+
+
+class ResultsLine(RootModel[SealRecord | CalibrationRecord | PairwiseRecord | ItemRecord]):
+    """A line of results.jsonl: an item, a calibration entry, a comparison, or the seal."""
 
 
 # --------------------------------------------------------------------------- summary.json
@@ -134,6 +202,16 @@ class ItemCounts(_Open):
     warned: int = Field(default=0, ge=0)
 
 
+class Reliability(_Open):
+    """Agreement of repeated samples over the scenarios under a node (asked twice or more)."""
+
+    scenarios: int = Field(ge=1, description="scenarios with two or more graded samples")
+    unanimous: int = Field(ge=0, description="of those, whose graded samples share one verdict")
+    agreement: float = Field(ge=0, le=1, description="unanimous / scenarios")
+    mean_std: float | None = Field(description="mean of their score_std")
+    disagreeing: list[str] = Field(description="ids of the scenarios that are not unanimous")
+
+
 class Node(_Open):
     """A node of the tree: benchmark ▸ pillar ▸ article ▸ scenario."""
 
@@ -147,10 +225,73 @@ class Node(_Open):
     title: str | None = None
     severity: Severity | None = None
     counts: dict[str, int] = {}
+    samples: int | None = Field(
+        default=None,
+        ge=1,
+        description="scenario nodes: answers asked per scenario (--samples, a preset's samples)",
+    )
+    score_std: float | None = Field(
+        default=None,
+        ge=0,
+        description="scenario nodes: sample standard deviation (n - 1) of the samples' scores; "
+        "null with fewer than two graded samples",
+    )
+    score_ci: list[float] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=2,
+        description="scenario nodes: [lo, hi], the 95% interval of the score (ci_method t: "
+        "t-interval of the mean; wilson: Wilson interval of the pass share under "
+        "samples_aggregation majority_vote); null with fewer than two graded samples",
+    )
+    reliability: Reliability | None = Field(
+        default=None,
+        description="benchmark, pillar and article nodes of a run with samples: how often the "
+        "samples of a scenario agree on its verdict",
+    )
+    bands: dict[str, float] | None = Field(
+        default=None, description="article nodes: the article's own bands (pass, warn)"
+    )
+
+
+class PairwisePosition(_Open):
+    """The position-bias check of a pairwise run."""
+
+    checked: int = Field(ge=0, description="comparisons judged a second time, order swapped")
+    agreed: int = Field(ge=0, description="of those, the two verdicts named the same side")
+    agreement: float | None = Field(ge=0, le=1, description="agreed / checked")
+    first_shown_rate: float | None = Field(
+        ge=0,
+        le=1,
+        description="of all non-tie first verdicts, the share preferring the "
+        "answer shown first (0.5: no position bias)",
+    )
+
+
+class PairwiseSummary(_Open):
+    """``pairwise`` of summary.json: B (the candidate) against A (the baseline)."""
+
+    a: str
+    b: str
+    wins: int = Field(ge=0, description="comparisons B won")
+    losses: int = Field(ge=0, description="comparisons A won")
+    ties: int = Field(ge=0)
+    win_rate: float | None = Field(ge=0, le=1, description="wins / (wins + losses); null: all tied")
+    ci: list[float] | None = Field(
+        description="95 % Wilson score interval of win_rate; null below two non-ties"
+    )
+    p_value: float = Field(ge=0, le=1, description="two-sided exact sign test over non-ties")
+    seed: int = Field(description="the seed of the orders shown (--pairwise-seed repeats them)")
+    position: PairwisePosition
+    requirement: dict[str, Any] | None = Field(
+        default=None,
+        description="with a preset gate's pairwise_alpha / pairwise_min_win_rate: the one-sided "
+        "test that B beats A (min_win_rate, alpha, p_value, passed)",
+    )
 
 
 class RunSummary(_Open):
-    """summary.json of a benchmark or calibration run."""
+    """summary.json of a benchmark, calibration or pairwise run."""
 
     schema_: str = Field(alias="schema", description="pytest-agenteval/summary/N")
     run_id: str
@@ -179,6 +320,15 @@ class RunSummary(_Open):
     )
     calibration: dict[str, Any] | None = Field(
         default=None, description="on calibration runs: the gate and counts of calibration.json"
+    )
+    pairwise: PairwiseSummary | None = Field(
+        default=None, description="on --pairwise runs: B against A (score is null, nodes empty)"
+    )
+    conditions_comparison: dict[str, Any] | None = Field(
+        default=None,
+        description="with several conditions: reference (the first), method, and groups "
+        "(overall, then each pillar) of each condition's score, mean and ci, and its "
+        "difference to the reference (paired_scenarios, mean, ci, better, worse, ties, p_value)",
     )
 
 

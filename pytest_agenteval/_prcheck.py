@@ -236,9 +236,19 @@ class PullRequestCheck:
         terms = FamilyTerms()
         family = plan.family
         if family.spec.suites:
+            infos = scenario_infos(family)
+            if self.state.replay is not None:  # replayed scenarios count as the replay suite
+                from ._replay import with_replay_tag
+
+                replayed = [
+                    r["scenario_id"]
+                    for r in bucket.records.values()
+                    if r.get("replay") and not r["result"].get("meta", {}).get("not_replayed")
+                ]
+                infos = with_replay_tag(infos, replayed)
             terms.suites = score_suites(
                 family.spec.suites,
-                scenario_infos(family),
+                infos,
                 _scenario_results(tree),
                 suite_min=plan.gate.suite_min,
             )

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._checks import Answer
+from ._checks import Answer, ToolCall
 from ._conditions import Condition
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
@@ -54,9 +54,14 @@ class ScenarioRun:
     subject_latency_s: float | None
     judge_latency_s: float | None
     cost: Mapping[str, Any] | None = None
+    #: the calls made to the condition's MCP servers, and the provider tool loop's account
+    mcp_calls: tuple[dict[str, Any], ...] = ()
+    tool_loop: Mapping[str, Any] | None = None
 
 
-def subject_context(scenario: Scenario, condition: Condition | None = None) -> dict[str, Any]:
+def subject_context(
+    scenario: Scenario, condition: Condition | None = None, sample: int = 0, call_tool: Any = None
+) -> dict[str, Any]:
     messages = [
         {"role": t.role, "content": t.content}
         | ({"name": t.name} if t.name else {})
@@ -64,13 +69,23 @@ def subject_context(scenario: Scenario, condition: Condition | None = None) -> d
         for t in scenario.turns
     ]
     messages.append({"role": "user", "content": scenario.input})
-    return {
-        "tools": list(scenario.tools),
+    toolbox = condition.toolbox if condition is not None else None
+    context: dict[str, Any] = {
+        # a condition's MCP tools (OpenAI shape) follow the scenario's own
+        "tools": toolbox.merge_tools(scenario.tools) if toolbox else list(scenario.tools),
         "messages": messages,
         "system": condition.system_for(scenario.system) if condition else scenario.system,
-        "scenario": {"id": scenario.id, "tags": list(scenario.tags), "pattern": scenario.pattern},
+        "scenario": {
+            "id": scenario.id,
+            "tags": list(scenario.tags),
+            "pattern": scenario.pattern,
+            "sample": sample,  # 0-based: which of the scenario's N answers this is
+        },
         "condition": condition.name if condition else None,
     }
+    if call_tool is not None:  # async call_tool(name, arguments) -> str of the MCP servers
+        context["call_tool"] = call_tool
+    return context
 
 
 def seen_by_subject(scenario: Scenario, condition: Condition | None = None) -> dict[str, Any]:
@@ -296,10 +311,13 @@ async def run_scenario(
         )
     budget = budget or Budget(None)
     rates = rates or {}
+    # this item's call_tool: the condition's MCP tools, each call recorded
+    caller = condition.toolbox.caller() if condition and condition.toolbox else None
     try:
         async with subject_lock, limiter:
             budget.check()
-            call = await call_subject(subject, scenario.input, subject_context(scenario, condition))
+            context = subject_context(scenario, condition, sample, caller)
+            call = await call_subject(subject, scenario.input, context)
     except ConfigError:
         raise
     except (BudgetExceeded, SubjectError) as exc:
@@ -310,10 +328,17 @@ async def run_scenario(
             {},
             None,
             None,
+            mcp_calls=tuple(caller.calls) if caller is not None else (),
         )
     subject_cost = cost_of(getattr(subject, "name", None), call.response.usage, rates)
     budget.charge(subject_cost)
     answer = call.response.answer()
+    if caller is not None and caller.calls and not answer.tool_calls:
+        # a Python subject that called its MCP tools without reporting them: they count
+        answer = replace(
+            answer,
+            tool_calls=tuple(ToolCall(c["name"], c["arguments"]) for c in caller.calls),
+        )
     request = GradeRequest(
         scenario_id=scenario.id,
         prompt=scenario.input,
@@ -443,6 +468,8 @@ async def run_scenario(
         subject_latency_s=call.latency_s,
         judge_latency_s=judge_latency,
         cost={"subject": subject_cost.to_dict(), "judge": judge_total, "total": total},
+        mcp_calls=tuple(caller.calls) if caller is not None else (),
+        tool_loop=call.response.meta.get("tool_loop") if caller is not None else None,
     )
 
 
