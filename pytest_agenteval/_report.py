@@ -9,7 +9,7 @@ cannot disagree about what failed.
 Everything that came from a record is hostile: an answer or a judge's
 reasoning may hold markup, NUL and other control characters, ANSI colour
 codes, lone surrogates (JSON can carry them) or text posing as a GitHub
-mention. :func:`clean_text` makes each string safe to *encode* (lone
+mention. :func:`~pytest_agenteval._text.clean_text` makes each string safe to *encode* (lone
 surrogates and noncharacters become visible ``\\uXXXX`` escapes, control
 characters become visible ``\\xNN`` text, ANSI sequences are dropped), and the
 templates then escape for their format: Jinja2's autoescape for HTML, the
@@ -24,14 +24,14 @@ must not phone home.
 from __future__ import annotations
 
 import html
-import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ._evals import format_score
+from ._text import as_text, clean_text, truncate
+from ._vocab import GRADED_VERDICTS, VERDICTS, Bands, format_score, most_severe_first
 
 __all__ = [
     "ANSWER_LIMIT",
@@ -59,59 +59,7 @@ DISCLAIMER = (
     "including the one a benchmark is named after."
 )
 
-_SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
-_VERDICTS = ("pass", "warn", "fail", "error", "skipped")
-
 # --------------------------------------------------------------------------- hostile text
-
-# CSI (colours, cursor), OSC (titles, hyperlinks; BEL- or ST-terminated), and two-byte escapes.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
-_NONCHARS = "".join(
-    f"{chr(plane * 0x10000 + 0xFFFE)}{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(17)
-)
-_UNSAFE_CHARS = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef" + _NONCHARS + "]"
-)
-
-
-def _visible(match: re.Match[str]) -> str:
-    ch = match.group()
-    code = ord(ch)
-    if code <= 0x9F:  # C0, DEL, C1: plain ASCII, so every font can show it
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def _join_pair(match: re.Match[str]) -> str:
-    hi, lo = (ord(c) for c in match.group())
-    return chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
-
-
-def clean_text(value: object) -> str:
-    """*value* as text that any encoder and any HTML or Markdown parser accepts.
-
-    Newlines are normalised to ``\\n`` and tabs kept; ANSI escape sequences are
-    dropped; other C0/C1 controls become visible ``\\xNN`` text (NUL: ``\\x00``);
-    lone surrogates and Unicode noncharacters become ``\\uXXXX`` text. A
-    surrogate *pair* (two code points) is joined into the character it encodes.
-    """
-    text = value if isinstance(value, str) else _as_text(value)
-    if not text.isascii():
-        text = _PAIR.sub(_join_pair, text)
-    text = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
-    return _UNSAFE_CHARS.sub(_visible, text)
-
-
-def _as_text(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list, tuple)):
-        try:
-            return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-        except (TypeError, ValueError):
-            return repr(value)
-    return str(value)
 
 
 def _deep_clean(value: Any) -> Any:
@@ -128,14 +76,8 @@ def _deep_clean(value: Any) -> Any:
 
 
 def _truncate(text: str, limit: int) -> tuple[str, int]:
-    """(shown, omitted): *text* cut at *limit* characters, preferring a line or word break."""
-    if len(text) <= limit:
-        return text, 0
-    cut = text[:limit]
-    brk = max(cut.rfind("\n"), cut.rfind(" "))
-    if brk >= limit * 0.8:
-        cut = cut[:brk]
-    return cut.rstrip(), len(text) - len(cut.rstrip())
+    """(shown, omitted): *text* cut at *limit*, at a line or word break; the templates mark it."""
+    return truncate(text, limit, "", at_break=True)
 
 
 # --------------------------------------------------------------------------- numbers
@@ -198,7 +140,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _node_row(node: Mapping[str, Any], level: int) -> dict[str, Any]:
-    counts = {v: int(_num(_get(node, "counts", v)) or 0) for v in _VERDICTS}
+    counts = {v: int(_num(_get(node, "counts", v)) or 0) for v in VERDICTS}
     score = _num(node.get("score"))
     return {
         "level": level,
@@ -219,7 +161,7 @@ def _node_row(node: Mapping[str, Any], level: int) -> dict[str, Any]:
 
 
 def _verdict(value: Any) -> str:
-    return value if value in _VERDICTS else "error"
+    return value if value in VERDICTS else "error"
 
 
 def _children(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -348,18 +290,23 @@ def _scenario_view(
     sid = _s(rec.get("scenario_id") or result.get("key") or node.get("id")) or "?"
     score = _num(result.get("score")) if result else _num(node.get("score"))
     answer_raw = rec.get("answer")
-    answer = answer_raw if isinstance(answer_raw, str) else _as_text(answer_raw)
+    answer = as_text(answer_raw)
     shown, omitted = _truncate(answer, answer_limit)
     prompt_raw = rec.get("prompt")
-    prompt = prompt_raw if isinstance(prompt_raw, str) else _as_text(prompt_raw)
+    prompt = as_text(prompt_raw)
     prompt_shown, prompt_omitted = _truncate(prompt, answer_limit)
     criteria = _criteria(result.get("criteria"))
     suffix = []
     if rec.get("condition"):
         suffix.append(f"condition {_s(rec['condition'])}")
     sample = rec.get("sample")
-    if isinstance(sample, int) and not isinstance(sample, bool) and sample:
-        suffix.append(f"sample {sample}")
+    # 0-based in the record; shown as the item id counts them: [s1] is sample 1
+    if (
+        isinstance(sample, int)
+        and not isinstance(sample, bool)
+        and (sample or _s(rec.get("nodeid")).endswith("s1]"))
+    ):
+        suffix.append(f"sample {sample + 1}")
     location = _s(meta.get("file"))
     if location and meta.get("line"):
         location = f"{location}:{_s(meta['line'])}"
@@ -577,6 +524,68 @@ def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Scenario rows the samples table shows (the disagreeing and widest first); summary.json has all.
+SAMPLES_ROWS = 60
+
+
+def _samples_view(root: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Repeated samples: per pillar their agreement, per scenario mean, sd and interval."""
+    if root is None:
+        return None
+    asked = [
+        leaf
+        for leaf in _leaves(root)
+        if leaf.get("kind") == "scenario" and (_num(leaf.get("samples")) or 1) > 1
+    ]
+    if not asked:
+        return None
+    rows: list[dict[str, Any]] = []
+    for order, leaf in enumerate(asked):
+        counts = _map(leaf.get("sample_verdicts"))
+        ci = _ci(leaf.get("score_ci"))
+        rows.append(
+            {
+                "id": _s(leaf.get("id")),
+                "samples": int(_num(leaf.get("samples")) or 0),
+                "score": _num(leaf.get("score")),
+                "std": _num(leaf.get("score_std")),
+                "ci": list(ci) if ci else None,
+                "width": (ci[1] - ci[0]) if ci else -1.0,
+                "verdict": _verdict(leaf.get("verdict")),
+                "verdicts": " / ".join(str(int(_num(counts.get(v)) or 0)) for v in GRADED_VERDICTS),
+                "unanimous": leaf.get("unanimous") is not False,
+                "order": order,
+            }
+        )
+    rows.sort(key=lambda r: (r["unanimous"], -r["width"], r["order"]))
+    pillars = []
+    for pillar in [root, *_children(root)]:
+        fig = _map(pillar.get("reliability"))
+        if not fig:
+            continue
+        pillars.append(
+            {
+                "id": "overall" if pillar is root else _s(pillar.get("id")),
+                "title": "" if pillar is root else _s(pillar.get("title")),
+                "scenarios": int(_num(fig.get("scenarios")) or 0),
+                "unanimous": int(_num(fig.get("unanimous")) or 0),
+                "agreement": _num(fig.get("agreement")),
+                "mean_std": _num(fig.get("mean_std")),
+            }
+        )
+    majority = asked[0].get("samples_aggregation") == "majority_vote"
+    return {
+        "per_scenario": max(r["samples"] for r in rows),
+        "aggregation": "majority vote" if majority else "mean",
+        "interval": "Wilson interval on the pass share" if majority else "t-interval of the mean",
+        "pillars": pillars,
+        "rows": rows[:SAMPLES_ROWS],
+        "more": max(0, len(rows) - SAMPLES_ROWS),
+        "disagreeing": sum(1 for r in rows if not r["unanimous"]),
+        "scenarios": len(rows),
+    }
+
+
 def _pr_view(summary: Mapping[str, Any]) -> dict[str, Any] | None:
     from ._compare import report_view
 
@@ -648,7 +657,7 @@ def build_view(
 
     def by_badness(sc: dict[str, Any]) -> tuple[int, float, int]:
         score = sc["score"] if sc["score"] is not None else 0.0
-        return (_SEVERITY_RANK.get(sc["severity"], 4), score, by_tree(sc))
+        return (most_severe_first(sc["severity"]), score, by_tree(sc))
 
     failed = sorted((sc for sc in scenarios if sc["verdict"] == "fail"), key=by_badness)
     warned = sorted(
@@ -662,15 +671,19 @@ def build_view(
     first_anchor: dict[str, str] = {}
     for sc in failed:
         first_anchor.setdefault(sc["id"], sc["anchor"])
-    critical = [sc for sc in failed if sc["severity"] == "critical"]
+    # the gate's list (declared critical severity), so the report, the terminal and the
+    # gate name the same scenarios; a score-implied severity shows on each card instead
+    declared = {
+        str(cid).split(" (", 1)[0] for cid in (_get(s, "gate", "critical_failures") or ())
+    }
+    critical = [sc for sc in failed if sc["id"] in declared]
     # A steered grade is never a silent pass: every flagged item is listed, whatever its verdict.
     injection = sorted((sc for sc in scenarios if sc["injection"]), key=by_tree)
 
-    bands = {"pass": _num(_get(s, "bands", "pass")), "warn": _num(_get(s, "bands", "warn"))}
-    if bands["pass"] is None:
-        bands["pass"] = 0.70
-    if bands["warn"] is None:
-        bands["warn"] = 0.40
+    bands = {
+        key: default if (given := _num(_get(s, "bands", key))) is None else given
+        for key, default in Bands().to_json().items()
+    }
     gate = _map(s.get("gate"))
     gate_passed = gate.get("passed") is True
     verdict = _verdict(s.get("verdict"))
@@ -678,7 +691,7 @@ def build_view(
     judges = s.get("judge")
     judge = ", ".join(_s(j) for j in judges) if isinstance(judges, list) else _s(judges)
     items = _map(s.get("items"))
-    counts = {v: 0 for v in _VERDICTS}
+    counts = dict.fromkeys(VERDICTS, 0)
     if root is not None:
         counts = _node_row(root, 0)["counts"]
     elif scenarios:
@@ -707,7 +720,7 @@ def build_view(
         "tone": tone,
         "items": items,
         "counts": counts,
-        "graded": counts["pass"] + counts["warn"] + counts["fail"],
+        "graded": sum(counts[v] for v in GRADED_VERDICTS),
         "total": sum(counts.values()),
         "table": table,
         "pillars": pillars,
@@ -726,7 +739,7 @@ def build_view(
             ("Ended", _s(s.get("ended_at")) or "—"),
             ("Plugin version", _s(s.get("plugin_version")) or "—"),
             ("Family version", _s(s.get("family_version")) or "—"),
-            ("Evidence chain head", _s(s.get("chain_head")) or "—"),
+            ("Records head (before the seal)", _s(s.get("chain_head")) or "—"),
             ("Summary schema", _s(s.get("schema")) or "—"),
         ],
         "chain_head": _s(s.get("chain_head")),
@@ -738,6 +751,7 @@ def build_view(
         else None,
         "disclaimer": DISCLAIMER,
         "pr": _pr_view(s),  # suites and the comparison with the baseline (pull-request check)
+        "samples": _samples_view(root),  # repeated samples: spread, intervals, agreement
     }
 
 
@@ -1040,7 +1054,7 @@ def _cal_lineage(s: Mapping[str, Any], cal: Mapping[str, Any]) -> dict[str, Any]
         ("Family judge prompt", prompt_text),
         ("Family judge prompt SHA-256", _s(prompt.get("sha256")) or "— (built-in default prompt)"),
         ("Judge prompts used (version SHA-256)", "; ".join(used) or "—"),
-        ("Evidence chain head", _s(s.get("chain_head")) or "—"),
+        ("Records head (before the seal)", _s(s.get("chain_head")) or "—"),
         ("Summary schema", _s(s.get("schema")) or "—"),
     ]
     files = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._collect import STATE
-from ._evals import EvalResult, format_score, injection_suspected
-from ._gate import named
-from ._text import terminal_safe
+from ._evals import EvalResult, injection_suspected
+from ._text import clip, named, terminal_safe
+from ._vocab import format_score
 
 if TYPE_CHECKING:
     from ._collect import ScenarioItem
@@ -69,17 +69,22 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
         else:
             rows = tree_lines(tree)
             width = min(max(len(r[0]) for r in rows) + 2, 100)
-            for label, score, verdict, node in rows:
-                tr.write(label.ljust(width) + score.rjust(6) + "  ")
-                tr.write_line(verdict, **_MARKUP.get(node.verdict, {}))
-            crit = [
-                leaf
-                for leaf in _leaves(tree)
-                if leaf.verdict == "fail" and leaf.severity == "critical"
-            ]
-            if crit:
+            spread = {id(r[3]): _spread(r[3]) for r in rows}
+            shown = [score + _plus_minus(spread[id(node)]) for _, score, _, node in rows]
+            score_width = max(6, *(len(x) for x in shown))
+            for (label, _, verdict, node), score in zip(rows, shown, strict=True):
+                tr.write(label.ljust(width) + score.rjust(score_width) + "  ")
+                figure = spread[id(node)]
+                if node.kind == "pillar" and figure is not None:
+                    tr.write(verdict.ljust(7), **_MARKUP.get(node.verdict, {}))
+                    tr.write_line(f"samples agree {figure['unanimous']}/{figure['scenarios']}")
+                else:
+                    tr.write_line(verdict, **_MARKUP.get(node.verdict, {}))
+            _write_samples_line(tr, plan, spread[id(tree)])
+            # the gate's own list: failed scenarios of declared critical severity
+            if gate.critical_failures:
                 tr.write_line(
-                    f"critical findings: {named([leaf.key for leaf in crit])}",
+                    f"critical findings: {named(gate.critical_failures)}",
                     red=True,
                 )
             if gate.injection_suspected:
@@ -112,6 +117,44 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
     state.pr.write_annotations(tr)  # ::error lines for GitHub Actions (GITHUB_ACTIONS=true)
 
 
+def _spread(node: EvalResult) -> dict[str, Any] | None:
+    """The reliability figure of a node's repeated samples (see :mod:`._stats`); None without."""
+    from ._stats import reliability
+
+    return reliability({"id": leaf.key, **leaf.meta} for leaf in _leaves(node))
+
+
+def _plus_minus(figure: dict[str, Any] | None) -> str:
+    """`` ±0.08``: the mean sample standard deviation of the scenarios under a node."""
+    if figure is None or figure.get("mean_std") is None:
+        return ""
+    return f" ±{figure['mean_std']:.2f}"
+
+
+def _write_samples_line(tr: Any, plan: Any, figure: dict[str, Any] | None) -> None:
+    """What the ± means, and which scenarios' samples disagreed on the verdict."""
+    if figure is None:
+        return
+    how = (
+        "majority vote (score: share of samples passing; 95% Wilson interval)"
+        if plan.samples_aggregation == "majority_vote"
+        else "mean (95% t-interval)"
+    )
+    tr.write_line(
+        f"samples: {plan.samples} per scenario, combined by {how}; ± is the mean sample "
+        "standard deviation; intervals per scenario in summary.json and the reports"
+    )
+    n, agree = figure["scenarios"], figure["unanimous"]
+    if agree == n:
+        tr.write_line(f"samples agree on the verdict in all {n} scenarios asked more than once")
+    else:
+        tr.write_line(
+            f"samples disagree on the verdict in {n - agree} of {n} scenarios: "
+            + named(figure["disagreeing"]),
+            yellow=True,
+        )
+
+
 def _write_pr_check(tr: Any, pr: dict[str, Any]) -> None:
     """The suites and the comparison with the baseline (worst first), when the run has them."""
     from ._compare import comparison_text
@@ -138,7 +181,9 @@ def _write_pr_check(tr: Any, pr: dict[str, Any]) -> None:
 
 
 def write_condition_comparison(tr: Any, state: AgentevalState) -> None:
-    """One line per family comparing its conditions on the same scenarios."""
+    """Per family with several conditions: one line of their scores, then a table per
+    pillar (and overall) of each condition's score, mean and interval, and its paired
+    difference to the first condition (see :func:`._conditions.compare_conditions`)."""
     by_family: dict[str, list[Any]] = {}
     for outcome in state.outcomes:
         if outcome.bucket.condition:
@@ -152,6 +197,92 @@ def write_condition_comparison(tr: Any, state: AgentevalState) -> None:
             for o in outcomes
         ]
         tr.write_line(f"conditions ({family}): " + " · ".join(parts), bold=True)
+        comparison = next(
+            (o.conditions_comparison for o in outcomes if o.conditions_comparison), None
+        )
+        if comparison:
+            for line in comparison_lines(comparison):
+                tr.write_line(line)
+
+
+def _signed(value: Any) -> str:
+    return "  -  " if value is None else f"{value:+.2f}"
+
+
+def _interval(ci: Any, signed: bool = False) -> str:
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or None in ci:
+        return ""
+    fmt = "{:+.2f}" if signed else "{:.2f}"
+    return f" [{fmt.format(ci[0])}, {fmt.format(ci[1])}]"
+
+
+def comparison_lines(comparison: dict[str, Any]) -> list[str]:
+    """The comparison of conditions as text: a legend, then one row per pillar × condition."""
+    ref = str(comparison.get("reference"))
+    method = comparison.get("method") or {}
+    level = f"{float(method.get('confidence', 0.95)):.0%}"
+    header = ["pillar", "condition", "score", f"mean [{level} CI]", f"Δ vs {ref} [{level} CI]"]
+    header += ["+/−/=", "p"]
+    rows: list[list[str]] = []
+    for group in comparison.get("groups") or ():
+        for i, row in enumerate(group.get("conditions") or ()):
+            mean = row.get("mean")
+            cells = [
+                str(group.get("pillar")) if i == 0 else "",
+                str(row.get("condition")),
+                "  -  " if row.get("score") is None else format_score(row["score"]),
+                ("  -  " if mean is None else f"{mean:.2f}") + _interval(row.get("ci")),
+            ]
+            diff = row.get("difference")
+            if diff is None:
+                cells += ["(reference)", "", ""]
+            elif not diff.get("paired_scenarios"):
+                cells += ["no scenario graded under both", "", ""]
+            else:
+                p = diff.get("p_value")
+                cells += [
+                    _signed(diff.get("mean")) + _interval(diff.get("ci"), signed=True),
+                    f"{diff['better']}/{diff['worse']}/{diff['ties']}",
+                    "  -  " if p is None else f"{p:.3f}",
+                ]
+            rows.append(cells)
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    right = {2, 6}
+
+    def fmt(cells: list[str]) -> str:
+        return (
+            "  "
+            + "  ".join(
+                c.rjust(w) if k in right else c.ljust(w)
+                for k, (c, w) in enumerate(zip(cells, widths, strict=True))
+            ).rstrip()
+        )
+
+    lines = [
+        f"  against {ref}, paired over the scenarios graded under both · mean: of the scenario "
+        f"scores, {level} bootstrap interval",
+        "  (scenarios and their samples resampled) · Δ: mean paired difference · +/−/=: "
+        "scenarios better/worse/tied · p: exact two-sided sign test",
+        fmt(header),
+        *(fmt(r) for r in rows),
+    ]
+    overall: dict[str, Any] = next(iter(comparison.get("groups") or ()), {})
+    differing = [
+        d["better"] + d["worse"]
+        for row in overall.get("conditions") or ()
+        if (d := row.get("difference")) and d.get("paired_scenarios")
+    ]
+    if differing and min(differing) < SIGN_TEST_MIN_PAIRS:
+        lines.append(
+            f"  note: only {min(differing)} scenario(s) differ: the sign test cannot reach "
+            f"p < 0.05 below {SIGN_TEST_MIN_PAIRS} (all one way gives p = "
+            f"{2 / 2 ** max(min(differing), 1):.3f} at best); add scenarios or --samples"
+        )
+    return lines
+
+
+#: Scenarios that must differ (all the same way) before a two-sided sign test can give p < 0.05.
+SIGN_TEST_MIN_PAIRS = 6
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -332,6 +463,14 @@ def _leaves(node: EvalResult) -> list[EvalResult]:
     return [leaf for child in node.children for leaf in _leaves(child)]
 
 
+#: Characters of a failed scenario's answer shown in its failure report.
+ANSWER_CHARS = 600
+
+
+def _more_chars(cut: int, total: int) -> str:
+    return f"… [{cut} more chars]"
+
+
 def failure_text(item: ScenarioItem) -> str:
     """The report of a failed scenario: score, verdict, criteria, the judge's words."""
     run = item.run
@@ -360,6 +499,6 @@ def failure_text(item: ScenarioItem) -> str:
         lines.append(f"summary: {result.reasoning}")
     # redacted before it is cut, so a key across the cut cannot leave its first half
     answer = item.config.stash[STATE].redactor.text(run.answer or "")
-    shown = answer if len(answer) <= 600 else answer[:600] + f"… [{len(answer) - 600} more chars]"
+    shown = clip(answer, ANSWER_CHARS, _more_chars, within=False)
     lines.append("answer: " + shown.replace("\n", "\n        "))
     return terminal_safe(item.config.stash[STATE].redactor.text("\n".join(lines)))

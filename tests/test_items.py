@@ -150,14 +150,19 @@ def agenteval_subject():
     assert_all_errored(pytester, needle)
 
 
-def test_missing_subject_is_a_clear_error_with_evidence(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_missing_subject_is_one_clear_usage_error(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    """Nothing was called: the message says what to do, once, and no tree or run is left."""
     family(pytester, "")
-    result = pytester.runpytest("--bench=demo")
+    result = pytester.runpytest("--bench=demo", *workers)
     out = result.stdout.str()
-    assert out.count("agenteval: no subject — pass --subject=module:callable") == 1
+    assert "agenteval: no subject — pass --subject=module:callable" in out
     assert "fixture 'agenteval_subject' not found" not in out  # pytest's long listing
+    assert "_pytest.outcomes.Exit" not in out and "gate:" not in out
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert_all_errored(pytester, "not evaluated: the run stopped (no subject)")
+    assert not (pytester.path / ".agenteval").exists()
 
 
 KILLER = """\
@@ -251,7 +256,10 @@ def agenteval_subject():
     )
     result = pytester.runpytest("--bench=demo")
     result.stdout.fnmatch_lines(
-        ["*subject from the agenteval_subject fixture at conftest.py:3 (scope session)*"]
+        [
+            "*subject from the agenteval_subject fixture at conftest.py:3 (scope session)*",
+            "demo/refuse.yaml [.FW][.FW]*",  # pytest's progress line resumes whole
+        ]
     )
     manifest = json.loads((run_dir(pytester) / "manifest.json").read_text())
     assert manifest["subject_origin"] == {
@@ -414,3 +422,34 @@ def agenteval_subject():
     assert answers["demo-refuse-001"] == (
         "sure\x1b]0;pwned\x07\x1b[31mred\x00nul\rover\u202eevil\x9bcsi"
     )
+
+
+def test_a_family_name_found_twice_in_the_rootdir_is_ambiguous(pytester: pytest.Pytester) -> None:
+    for where in ("a/demo", "b/demo"):
+        fam = pytester.mkdir(where.split("/")[0]) / "demo"
+        fam.mkdir()
+        (fam / "benchmark.yaml").write_text(BENCHMARK)
+        (fam / "refuse.yaml").write_text(REFUSE)
+        (fam / "extra.yaml").write_text(EXTRA)
+        (fam / "disclose.yaml").write_text(DISCLOSE)
+    result = pytester.runpytest("--bench=demo")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "family 'demo' is ambiguous: 2 folders" in result.stderr.str()
+    assert "a/demo, b/demo" in result.stderr.str()
+
+
+def test_reports_never_offer_a_head_that_fails_verify(pytester: pytest.Pytester) -> None:
+    """The reports are sealed under the printed head, so they cannot quote it: they must not
+    quote the records head (before the seal) as one either — verify would call that tampering."""
+    family(
+        pytester,
+        "import pytest\n\n@pytest.fixture(scope='session')\n"
+        "def agenteval_subject():\n    return lambda p: \"I can't help with that.\"\n",
+    )
+    pytester.runpytest("--bench=demo")
+    run = run_dir(pytester)
+    records_head = json.loads((run / "summary.json").read_text())["chain_head"]
+    for name in ("report.md", "report.html"):
+        text = (run / name).read_text()
+        assert "--expect-head HEAD" in text
+        assert f"--expect-head {records_head}" not in text

@@ -47,3 +47,46 @@ def test_public_api_resolves_and_is_typed() -> None:
     assert (Path(pytest_agenteval.__file__).parent / "py.typed").is_file()
     judge = pytest_agenteval.RulesJudge()
     assert isinstance(judge, pytest_agenteval.Judge)
+
+
+FAMILY_FILES = {
+    m.group(1): m.group(0).split("\n", 1)[1]
+    for m in re.finditer(
+        r"^# (my-bench/[\w.-]+\.yaml).*?(?=^```)", README.read_text(), re.S | re.M
+    )
+}
+
+SUBJECT = """\
+import pytest
+
+def agent(prompt):
+    if "phishing" in prompt:
+        return "I can't help with that: it would defraud the bank's customers."
+    if "real person" in prompt:
+        return "No, I'm an AI assistant."
+    return "Please see a doctor, or call emergency services if the pain is severe."
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+"""
+
+
+def test_the_readme_family_runs_as_written(pytester: pytest.Pytester) -> None:
+    """'Writing a benchmark' is a family a user can copy: it loads, runs, and its pack composes."""
+    assert set(FAMILY_FILES) == {
+        "my-bench/benchmark.yaml",
+        "my-bench/refuse.yaml",
+        "my-bench/disclose.yaml",
+        "my-bench/health.yaml",
+    }
+    for name, text in FAMILY_FILES.items():
+        path = pytester.path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    pytester.makeconftest(SUBJECT)
+    result = pytester.runpytest("--bench=my-bench", "--preset=standard", "-v")
+    result.stdout.fnmatch_lines(["*gate: PASSED*"])
+    result.assert_outcomes(passed=2)
+    result = pytester.runpytest("--bench=my-bench", "--preset=standard+healthcare", "-v")
+    result.stdout.fnmatch_lines(["*rules-health-001 PASSED*", "*gate: PASSED*"])
