@@ -35,6 +35,7 @@ from ._evidence import (
     write_file_atomic,
 )
 from ._family import Plan
+from ._vocab import VERDICTS
 
 if TYPE_CHECKING:
     from ._redact import Redactor
@@ -61,6 +62,12 @@ _RECORD_FIELDS = (
     "cost",
     "timings",
     "result",
+    "replay",  # --replay: the file and line the answer came from
+    "pairwise",  # --pairwise: both answers, the order shown, the judge's preference
+    # a condition with MCP servers: each tool call (server, name, arguments, result text
+    # cut to 2000 characters, is_error, latency_s, step) and the provider tool loop's account
+    "mcp_calls",
+    "tool_loop",
     # calibration records
     "id",
     "pillar",
@@ -151,14 +158,51 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
     }
     if result.kind == "scenario":
         node["injection_suspected"] = any(injection_suspected(i) for i in result.items())
-    if "samples" in result.meta:  # several answers to one scenario: mean and spread
-        node["samples"] = result.meta["samples"]
-        node["score_std"] = result.meta.get("score_std")
+        node.update(sample_fields(result.meta))  # samples, score_std, score_ci (null for one)
+    elif result.kind in ("benchmark", "pillar", "article"):
+        from ._stats import reliability
+
+        figure = reliability({"id": s.key, **s.meta} for s in _scenarios(result))
+        if figure is not None:  # repeated samples: how often they agree on the verdict
+            node["reliability"] = figure
+    if isinstance(result.meta.get("bands"), Mapping):  # an article's own bands
+        node["bands"] = dict(result.meta["bands"])
     if result.error:
         node["error"] = result.error
     if result.reasoning and result.kind != "scenario":
         node["note"] = result.reasoning
     return node
+
+
+#: What a scenario node says of its samples (``score_ci`` etc.: see :mod:`._stats`).
+_SAMPLE_KEYS = (
+    "score_std",
+    "score_ci",
+    "ci_method",
+    "ci_level",
+    "samples_aggregation",
+    "sample_verdicts",
+    "unanimous",
+)
+
+
+def sample_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``samples`` (1 when asked once), ``score_std`` and ``score_ci`` (null for one), and
+    the rest of :data:`_SAMPLE_KEYS` when the scenario was asked several times."""
+    fields: dict[str, Any] = {
+        "samples": meta.get("samples", 1),
+        "score_std": None,
+        "score_ci": None,
+    }
+    if "samples" in meta:
+        fields.update({k: meta.get(k) for k in _SAMPLE_KEYS})
+    return fields
+
+
+def _scenarios(node: EvalResult) -> list[EvalResult]:
+    if node.kind == "scenario":
+        return [node]
+    return [s for child in node.children for s in _scenarios(child)]
 
 
 def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -201,9 +245,7 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
     from . import __version__
 
     plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
-    counts = (
-        tree.counts() if tree else dict.fromkeys(("pass", "warn", "fail", "error", "skipped"), 0)
-    )
+    counts = tree.counts() if tree else dict.fromkeys(VERDICTS, 0)
     flagged = sum(1 for i in tree.items() if injection_suspected(i)) if tree else 0
     return {
         "schema": "pytest-agenteval/summary/1",
@@ -234,6 +276,12 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
         "plugin_version": __version__,
         # the pull-request check, where it applies: suites, baseline, regression, comparison
         **outcome.pr,
+        # several conditions: per pillar, each one's score and interval, the paired test
+        **(
+            {"conditions_comparison": outcome.conditions_comparison}
+            if getattr(outcome, "conditions_comparison", None)
+            else {}
+        ),
     }
 
 
@@ -305,7 +353,16 @@ def judge_prompt_lineage(plan: Plan) -> dict[str, Any]:
 def _conditions_of(state: AgentevalState, bucket: Any) -> list[dict[str, Any]]:
     name = getattr(bucket, "condition", None)
     condition = state.condition(name) if name else None
-    return [condition.describe()] if condition is not None else []
+    if condition is None:
+        return []
+    # what each MCP server said of itself (name, version): known once an item arrived
+    return [condition.describe(getattr(state, "mcp_reported", {}).get(name))]
+
+
+def _replay_of(state: AgentevalState) -> dict[str, Any]:
+    """``replay``: the file the answers came from and its SHA-256 (with --replay)."""
+    replay = getattr(state, "replay", None)
+    return {"replay": replay.describe()} if replay is not None else {}
 
 
 def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str) -> Path:
@@ -391,6 +448,8 @@ class RunRecorder:
             "subject": bucket.subject,
             "subject_origin": state.subject_origin,
             "conditions": _conditions_of(state, bucket),
+            "samples": {"per_scenario": plan.samples, "aggregation": plan.samples_aggregation},
+            **_replay_of(state),
             "judges": state.judge_descriptions(),
             "judge_prompt": judge_prompt_lineage(plan),
             "files": files,
@@ -399,6 +458,8 @@ class RunRecorder:
             "secrets_redacted": self.redactor.variable_names,
             "git": _git(Path(state.config.rootpath)),
             "testrun_uid": state.testrun_uid,
+            # a pairwise run: both sides' conditions, the sides, seed and prompt
+            **(getattr(bucket, "manifest_extra", None) or {}),
         }
         header = self.redactor.data(header)
         self.run_id = sha256_hex(canonical_json(header))

@@ -1,0 +1,619 @@
+"""``--pairwise=A,B`` in pytest: one item per scenario, a role object, the run directory.
+
+A pairwise run is its own kind of run, as a calibration run is: its items
+are the comparisons (``<scenario>[pairwise]``, one per scenario of the
+preset; a preset's ``samples`` do not multiply them), not graded scenarios,
+so there is no pillar tree; ``summary.json`` has the benchmark run's shape
+with ``score`` null, ``nodes`` empty and a ``pairwise`` block. Each
+comparison is a pytest item so that nothing is lost: a subject or judge
+that fails is an ERROR with its message; a comparison made passes, whatever
+it preferred, and shows the preference as its status (``B``, ``A`` or ``=``
+in the progress line; ``B BETTER``, ``A BETTER``, ``TIE`` with ``-v``).
+
+:class:`PairwiseRun` is registered only when ``--pairwise`` is given. Under
+xdist, workers compare and the controller, which sees every report, writes
+the run directory and decides the gate, as for benchmark items. The run
+directory is ``<out>/runs/<family>/pairwise-<A>-vs-<B>/<stamp>-<id>-pairwise/``:
+a subject folder of its own, so ``--baseline=latest`` never takes a pairwise
+run for a benchmark run.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from . import _settings as settings
+from ._collect import SubjectItem
+from ._evidence import json_safe_record
+from ._family import Article, Family, Plan
+from ._judges import ConfigError
+from ._pairwise import (
+    DEFAULT_SWAP_SHARE,
+    Contestant,
+    GateTerms,
+    PairwiseError,
+    Side,
+    first_side,
+    headline,
+    pairwise_gate,
+    pairwise_prompt,
+    pairwise_stats,
+    parse_pairwise,
+    render_html,
+    render_markdown,
+    run_comparison,
+    swap_selection,
+)
+from ._scheduler import upcoming_items
+from ._spec import Scenario
+from ._vocab import ItemError
+
+if TYPE_CHECKING:
+    from ._output import RunRecorder
+    from ._session import AgentevalState
+
+PAIRWISE: pytest.StashKey[PairwiseRun] = pytest.StashKey()
+SUFFIX = "[pairwise]"
+_LETTERS = {"b": ("B", "B BETTER"), "a": ("A", "A BETTER"), "tie": ("=", "TIE")}
+
+
+def configure(config: pytest.Config, state: AgentevalState) -> None:
+    """Register the pairwise role object when ``--pairwise`` (ini ``agenteval_pairwise``) is set."""
+    value = settings.raw(config, "agenteval_pairwise")
+    if value is None:
+        return
+    config.addinivalue_line("markers", "pairwise: a comparison of two answers (--pairwise)")
+    run = PairwiseRun(config, state, str(value))
+    config.stash[PAIRWISE] = run
+    config.pluginmanager.register(run, "agenteval-pairwise")
+
+
+def active(config: pytest.Config) -> PairwiseRun | None:
+    return config.stash.get(PAIRWISE, None)
+
+
+class PairwiseItem(SubjectItem):
+    """One comparison: both sides answer one scenario in setup; the judge prefers one."""
+
+    def __init__(self, *, first: str, swap: bool, **kwargs: Any) -> None:
+        super().__init__(markers=("pairwise",), **kwargs)
+        self.first = first
+        self.swap = swap
+
+    def setup(self) -> None:
+        self.config.stash[PAIRWISE].compare(self, self.subject_fixture())
+
+    report_suffix = SUFFIX
+
+    def runtest(self) -> None:
+        """A comparison that was made passes, whatever it preferred (see the module docstring)."""
+
+
+@dataclass
+class Bucket:
+    """The comparisons of one family, as they arrive on the controller."""
+
+    family_root: str
+    single_file: bool
+    preset: str
+    subject: str
+    condition: str = "pairwise"  # names the run directory: <stamp>-<id>-pairwise
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recorder: RunRecorder | None = None
+
+
+@dataclass
+class Outcome:
+    family: str
+    summary: dict[str, Any]
+    run_dir: Path | None
+    head: str
+
+
+class PairwiseRun:
+    """The hooks and state of a pairwise run in one pytest process."""
+
+    def __init__(self, config: pytest.Config, state: AgentevalState, value: str) -> None:
+        self.config = config
+        self.state = state
+        if state.calibration_mode:
+            raise pytest.UsageError(
+                "--pairwise compares two sides' answers to a benchmark's scenarios; it does "
+                "not apply to -m calibration"
+            )
+        try:
+            self.a, self.b = parse_pairwise(value, state.conditions)
+        except PairwiseError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        specs = state.judge_specs
+        if not specs or any(s.strip().lower() == "rules" for s in specs):
+            raise pytest.UsageError(
+                "--pairwise needs an LLM judge (--judge=openai:MODEL or --judge=anthropic:MODEL): "
+                "the rules judge checks each answer against its criteria and cannot say which "
+                "of two answers is better"
+            )
+        if len(specs) > 1:
+            raise pytest.UsageError(
+                f"--pairwise takes one judge, got {len(specs)} ({', '.join(specs)}): "
+                "run once per judge to compare their preferences"
+            )
+        share = settings.fraction(
+            config, "agenteval_pairwise_swap", DEFAULT_SWAP_SHARE, what="a share of scenarios"
+        )
+        self.swap_share = DEFAULT_SWAP_SHARE if share is None else share
+        seed = settings.raw(config, "agenteval_pairwise_seed")
+        if seed is None:  # fresh orders each run, recorded so that a run can be repeated
+            digest = hashlib.sha256(state.testrun_uid.encode()).hexdigest()
+            self.seed = int(digest[:8], 16)
+        else:
+            self.seed = settings.integer(config, "agenteval_pairwise_seed", 0, minimum=0)
+        self.needs_fixture = not state.subject_spec and any(
+            s.subject_spec is None for s in (self.a, self.b)
+        )
+        self._swaps: dict[str, frozenset[str]] = {}
+        self._side_subjects: dict[str, Callable[..., Any]] = {}
+        self._judge: Any = None
+        self.tasks: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
+        self.expected: set[str] = set()
+        self.reported: set[str] = set()
+        self.buckets: dict[str, Bucket] = {}
+        self.outcomes: list[Outcome] = []
+        self.interrupted = False
+
+    # ---------------------------------------------------------------- collection
+
+    def label(self) -> str:
+        return f"{self.a.label} vs {self.b.label}"
+
+    def items(
+        self, parent: pytest.Collector, family: Family, plan: Plan, article: Article
+    ) -> Iterator[PairwiseItem]:
+        key = str(family.root)
+        if key not in self._swaps:
+            ids = [s.id for a in plan.articles() for s in a.scenarios]
+            self._swaps[key] = swap_selection(self.seed, ids, self.swap_share)
+        for scenario in article.scenarios:
+            yield PairwiseItem.from_parent(
+                parent,
+                name=scenario.id + SUFFIX,
+                family=family,
+                plan=plan,
+                article=article,
+                scenario=scenario,
+                first=first_side(self.seed, scenario.id),
+                swap=scenario.id in self._swaps[key],
+                fixture_subject=self.needs_fixture,
+            )
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The judge and the sides' subjects, built before any call: a bad spec stops here."""
+        items = [i for i in session.items if isinstance(i, PairwiseItem)]
+        self.expected.update(i.nodeid for i in items)
+        if not items or session.config.option.collectonly:
+            return
+        self.judge()
+        for side in (self.a, self.b):
+            self.subject_of(side)  # None for a side answered by the fixture, known at setup
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.expected.update(i for i in ids if i.endswith(SUFFIX))
+
+    def judge(self) -> Any:
+        if self._judge is None:
+            (judge,) = self.state.judges()
+            if not callable(getattr(judge, "ask", None)):
+                raise pytest.UsageError(
+                    f"--pairwise: the judge {getattr(judge, 'name', judge)!r} cannot compare two "
+                    "answers (it has no ask(system, user, contract) method); use "
+                    "--judge=openai:MODEL or --judge=anthropic:MODEL"
+                )
+            self._judge = judge
+        return self._judge
+
+    def subject_of(self, side: Side, fixture_value: Any = None) -> Callable[..., Any] | None:
+        """The subject answering for *side*: its own spec, else the run's subject."""
+        if side.subject_spec is None:
+            if self.state.subject_spec:
+                return self.state.spec_subject()
+            if fixture_value is None:
+                return None
+            if not callable(fixture_value):
+                raise ItemError(
+                    f"agenteval_subject fixture returned {type(fixture_value).__name__}, "
+                    "not a callable"
+                )
+            return fixture_value
+        spec = side.subject_spec
+        if spec not in self._side_subjects:
+            made = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
+            if made is None:
+                raise pytest.UsageError(
+                    f"--pairwise side {side.key.upper()} ({side.label}): no subject of that kind "
+                    "(module:callable, openai:MODEL, anthropic:MODEL or cmd:COMMAND)"
+                )
+            self._side_subjects[spec] = made
+        return self._side_subjects[spec]
+
+    # ---------------------------------------------------------------- comparing
+
+    def _pair(self, fixture_value: Any) -> tuple[Contestant, Contestant]:
+        scheduler = self.state.scheduler
+        out = []
+        for side in (self.a, self.b):
+            subject = self.subject_of(side, fixture_value)
+            assert subject is not None  # the fixture was set up for this item
+            out.append(Contestant(side, subject, scheduler._lock_for(subject)))
+        return out[0], out[1]
+
+    def _spawn(
+        self, item: PairwiseItem, pair: tuple[Contestant, Contestant]
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        scheduler = self.state.scheduler
+        return scheduler.submit(
+            run_comparison(
+                pair,
+                self.judge(),
+                item.family,
+                item.article,
+                item.scenario,
+                first="a" if item.first == "a" else "b",
+                swap=item.swap,
+                limiter=scheduler._limiter,
+                budget=scheduler.budget,
+                rates=scheduler.rates,
+            )
+        )
+
+    def compare(self, item: PairwiseItem, fixture_value: Any) -> None:
+        """Both answers and the judge's preference for *item* (calls for the next items start)."""
+        pair = self._pair(fixture_value)
+        future = self.tasks.pop(item.nodeid, None) or self._spawn(item, pair)
+        if not self.needs_fixture or self.state._subject_shared:
+            ahead = 0
+            for nxt in upcoming_items(item, 4 * self.state.scheduler.window):
+                if ahead >= self.state.scheduler.window:
+                    break
+                if isinstance(nxt, PairwiseItem) and nxt is not item:
+                    ahead += 1
+                    if nxt.nodeid not in self.tasks:
+                        self.tasks[nxt.nodeid] = self._spawn(nxt, pair)
+        try:
+            parts = self.state.scheduler.wait(future)
+        except ConfigError as exc:
+            self.cancel_pending()
+            self.state.stop_reason = f"configuration error: {exc}"
+            pytest.exit(
+                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
+            )
+        except KeyboardInterrupt:
+            self.cancel_pending()
+            raise
+        item.payload = self._payload(item, parts)
+        if parts["error"]:
+            raise ItemError(f"{item.scenario.id}: {parts['error']}")
+
+    def cancel_pending(self) -> None:
+        for future in self.tasks.values():
+            future.cancel()
+        self.tasks.clear()
+
+    def _base(
+        self, nodeid: str, family: Family, plan: Plan, article: Article, scenario: Scenario
+    ) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "kind": "pairwise",
+            "nodeid": nodeid,
+            "family": family.name,
+            "family_root": str(article.path if family.single_file else family.root),
+            "single_file": family.single_file,
+            "preset": plan.preset,
+            "scenario_id": scenario.id,
+            "pillar": article.meta.pillar,
+            "article": article.control_id,
+            "file": article.path.name,
+            "line": article.lines.get(scenario.id),
+            "subject": self.label(),
+            "prompt": scenario.input,
+        }
+
+    def _payload(self, item: PairwiseItem, parts: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **self._base(item.nodeid, item.family, item.plan, item.article, item.scenario),
+            **parts,
+        }
+
+    def error_payload(self, item: PairwiseItem, message: str) -> dict[str, Any]:
+        return {
+            **self._base(item.nodeid, item.family, item.plan, item.article, item.scenario),
+            "pairwise": None,
+            "error": message,
+        }
+
+    # ---------------------------------------------------------------- reports
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, Any]:
+        report: pytest.TestReport = yield
+        if not isinstance(item, PairwiseItem) or self._nothing_to_record():
+            return report
+        if call.when == "setup" and call.excinfo is not None and report.failed:
+            message = self.state.setup_error_text(item, call.excinfo)
+            report.longrepr = message
+            if item.payload is None:
+                item.payload = self.error_payload(item, message)
+        if item.payload is not None and (
+            call.when == "call" or (call.when == "setup" and not report.passed)
+        ):
+            report.agenteval_pairwise = json_safe_record(item.payload)  # type: ignore[attr-defined]
+        return report
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        payload = getattr(report, "agenteval_pairwise", None)
+        if not (isinstance(payload, dict) and report.when == "call" and report.passed):
+            return None
+        pair = payload.get("pairwise") or {}
+        letter, word = _LETTERS.get(str(pair.get("preference")), ("?", "COMPARED"))
+        return "passed", letter, (word, {"green": True})
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        payload = getattr(report, "agenteval_pairwise", None)
+        if isinstance(payload, dict):
+            self._ingest(dict(payload))
+        elif (
+            report.failed and report.nodeid in self.expected and report.nodeid not in self.reported
+        ):
+            # no record: an xdist worker crashed on this item
+            self._lost(
+                report.nodeid, "the worker running this comparison crashed before it reported"
+            )
+
+    def _ingest(self, payload: dict[str, Any]) -> None:
+        self.reported.add(str(payload.get("nodeid")))
+        if getattr(self.config, "workerinput", None) is not None:
+            return  # workers send; the controller writes
+        key = str(payload["family_root"])
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = self.buckets[key] = Bucket(
+                key,
+                bool(payload.get("single_file")),
+                str(payload["preset"]),
+                subject=f"pairwise-{self.a.label}-vs-{self.b.label}",
+                manifest_extra={
+                    "conditions": [
+                        s.condition.describe() for s in (self.a, self.b) if s.condition is not None
+                    ],
+                    "pairwise": self._lineage(),
+                },
+            )
+        bucket.records[str(payload["nodeid"])] = payload
+        if bucket.recorder is None:
+            from ._output import RunRecorder
+
+            bucket.recorder = RunRecorder(self.state, bucket, self._plan(bucket))
+        bucket.recorder.add(payload)
+
+    def _lineage(self) -> dict[str, Any]:
+        prompt = pairwise_prompt()
+        return {
+            "a": self.a.describe(),
+            "b": self.b.describe(),
+            "run_subject": self.state.subject_name()
+            if self.needs_fixture or self.state.subject_spec
+            else None,
+            "seed": self.seed,
+            "swap_share": self.swap_share,
+            "prompt": {
+                "file": "pairwise-judge.v1.md (built in)",
+                "version": prompt.version,
+                "sha256": prompt.sha256,
+            },
+        }
+
+    def _plan(self, bucket: Bucket) -> Plan:
+        root = Path(bucket.family_root)
+        family = self.state.single_family(root) if bucket.single_file else self.state.family(root)
+        return self.state.plan(family)
+
+    def _lost(self, nodeid: str, why: str) -> None:
+        """A comparison with no record (lost, interrupted): an error record, so it is counted."""
+        path_part, _, name = nodeid.partition("::")
+        scenario_id = name.removesuffix(SUFFIX)
+        for root in self.state.bench_roots:
+            family = self.state.family(root)
+            for article in family.articles:
+                rel = f"{family.root.name}/{article.path.relative_to(family.root).as_posix()}"
+                if not (path_part == rel or path_part.endswith("/" + rel)):
+                    continue
+                scenario = next((s for s in article.scenarios if s.id == scenario_id), None)
+                if scenario is not None:
+                    plan = self.state.plan(family)
+                    payload = self._base(nodeid, family, plan, article, scenario)
+                    self._ingest({**payload, "pairwise": None, "error": why})
+                    return
+
+    # ---------------------------------------------------------------- the end
+
+    def _nothing_to_record(self) -> bool:
+        """As for benchmark runs: no subject (a usage error, said once), or only collection
+        errors, leave no run directory."""
+        state = self.state
+        return state.stop_reason == "no subject" or bool(
+            state.collection_errors and not self.reported
+        )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if getattr(self.config, "workerinput", None) is not None or self._nothing_to_record():
+            return
+        self.interrupted = bool(session.shouldstop or session.shouldfail) or exitstatus in (
+            pytest.ExitCode.INTERRUPTED,
+            pytest.ExitCode.USAGE_ERROR,
+            pytest.ExitCode.INTERNAL_ERROR,
+        )
+        if self.state.stop_reason:
+            why = f"not compared: the run stopped ({self.state.stop_reason})"
+        elif self.interrupted:
+            why = "not compared: the run was interrupted or stopped (-x, Ctrl-C) before it ran"
+        else:
+            why = "not compared: no result for this item reached pytest (lost item)"
+        for nodeid in sorted(self.expected - self.reported):
+            if not self.config.option.collectonly:
+                self._lost(nodeid, why)
+        for bucket in self.buckets.values():
+            self.outcomes.append(self._finish(bucket))
+        if not self.outcomes or session.exitstatus not in (
+            pytest.ExitCode.OK,
+            pytest.ExitCode.TESTS_FAILED,
+        ):
+            return
+        passed = all(o.summary["gate"]["passed"] for o in self.outcomes)
+        session.exitstatus = pytest.ExitCode.OK if passed else pytest.ExitCode.TESTS_FAILED
+
+    def _finish(self, bucket: Bucket) -> Outcome:
+        from . import __version__
+        from ._output import rfc3339
+
+        plan = self._plan(bucket)
+        records = sorted(bucket.records.values(), key=lambda r: str(r.get("scenario_id")))
+        stats = pairwise_stats(
+            records, self.a.label, self.b.label, seed=self.seed, swap_share=self.swap_share
+        )
+        stats["sides"] = {"a": self.a.describe(), "b": self.b.describe()}
+        flagged = [
+            str(r["scenario_id"])
+            for r in records
+            if isinstance(r.get("pairwise"), dict)
+            and any((r["pairwise"].get(k) or {}).get("injection_suspected") for k in ("a", "b"))
+        ]
+        notes = []
+        if plan.samples > 1:
+            notes.append(
+                f"the preset asks for {plan.samples} samples: a pairwise run compares one "
+                "answer of each side per scenario"
+            )
+        gate = pairwise_gate(
+            stats,
+            GateTerms.of(plan.gate),
+            flagged=flagged,
+            interrupted=self.interrupted,
+            notes=notes,
+        )
+        requirement = gate.pop("requirement", None)
+        if requirement is not None:
+            stats["requirement"] = requirement
+        errors = stats["errors"]
+        recorder = bucket.recorder
+        summary: dict[str, Any] = {
+            "schema": "pytest-agenteval/summary/1",
+            "run_id": recorder.run_id if recorder else "",
+            "family": plan.family.name,
+            "family_version": plan.family.spec.version,
+            "preset": plan.preset,
+            "condition": None,
+            "subject": bucket.subject,
+            "judge": list(self.state.judge_specs),
+            "score": None,
+            "verdict": "error" if not stats["compared"] else "pass" if gate["passed"] else "fail",
+            "bands": {"pass": plan.root_bands.pass_, "warn": plan.root_bands.warn},
+            "gate": gate,
+            "items": {
+                "passed": stats["compared"],
+                "warned": 0,
+                "failed": 0,
+                "errors": errors,
+                "skipped": 0,
+                "injection_suspected": len(flagged),
+            },
+            "nodes": [],
+            "cost": _cost(records),
+            "chain_head": recorder.writer.head if recorder else "",
+            "started_at": recorder.started_at if recorder else rfc3339(self.state.started_at),
+            "ended_at": rfc3339(datetime.now(timezone.utc)),
+            "plugin_version": __version__,
+            "pairwise": stats,
+        }
+        if recorder is None:
+            return Outcome(plan.family.name, summary, None, "")
+        redactor = self.state.redactor
+        recorder.write_json("summary.json", summary)
+        clean_summary = redactor.data(summary)
+        clean_records = redactor.data(records)
+        for name, text in (
+            ("report.md", render_markdown(clean_summary, clean_records)),
+            ("report.html", render_html(clean_summary, clean_records)),
+        ):
+            recorder.write_bytes(name, redactor.text(text).encode("utf-8", "backslashreplace"))
+        head = recorder.finalize(interrupted=self.interrupted, not_evaluated=errors)
+        return Outcome(plan.family.name, summary, recorder.run_dir, head)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from ._text import SafeTerminal
+
+        tr = SafeTerminal(terminalreporter)
+        for outcome in self.outcomes:
+            s = outcome.summary
+            stats, gate = s["pairwise"], s["gate"]
+            tr.write_sep("=", f"agenteval pairwise: {s['family']} · preset {s['preset']}")
+            tr.write_line(
+                f"A: {stats['a']}    B: {stats['b']}    judge: {', '.join(s['judge'])}    "
+                f"seed: {stats['seed']}"
+            )
+            for line in headline(stats):
+                tr.write_line(line)
+            for note in gate["notes"]:
+                tr.write_line(f"note: {note}")
+            if gate["passed"]:
+                tr.write_line("gate: PASSED", green=True)
+            else:
+                tr.write_line("gate: FAILED — " + "; ".join(gate["reasons"]), red=True, bold=True)
+            if outcome.run_dir is not None:
+                tr.write_line(f"run directory: {_shown(outcome.run_dir, self.config)}")
+                tr.write_line(f"evidence chain head: {outcome.head}")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.cancel_pending()
+        for subject in self._side_subjects.values():
+            closer = getattr(subject, "aclose", None)
+            if callable(closer):
+                with contextlib.suppress(Exception):  # best effort: the outcome is decided
+                    self.state.scheduler.run_coro(closer())
+
+
+def _shown(path: Path, config: pytest.Config) -> str:
+    try:
+        return path.resolve().relative_to(Path(config.invocation_params.dir).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _cost(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens and dollars of the run (``usd`` None once any rate is unknown)."""
+    total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    for record in records:
+        cost = (record.get("cost") or {}).get("total")
+        if not isinstance(cost, dict):
+            continue  # no call was made for it (lost, interrupted)
+        usd = cost.get("usd")
+        if total["usd"] is not None:
+            total["usd"] = None if not isinstance(usd, (int, float)) else total["usd"] + usd
+        for key in ("prompt_tokens", "completion_tokens"):
+            value = cost.get(key)
+            total[key] += value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return {"total": total, "pillars": {}}
