@@ -37,7 +37,6 @@ from pytest_agenteval._judges import (
 )
 from pytest_agenteval._llm import (
     DEFAULT_PROMPT_FILE,
-    LOCAL_PLACEHOLDER_KEY,
     OUTPUT_SCHEMA,
     OUTPUT_SCHEMA_SHA256,
     TOOL_NAME,
@@ -48,8 +47,10 @@ from pytest_agenteval._llm import (
     LLMJudgeError,
     OpenAIJudge,
     Sampling,
+    grade_schema,
     make_llm_judge,
 )
+from pytest_agenteval._providers import LOCAL_PLACEHOLDER_KEY
 from pytest_agenteval._run import PanelError, judge_panel, panel_problem
 
 CANARY = "sk-canary-123"
@@ -206,7 +207,9 @@ def test_openai_records_seed_temperature_schema_and_details(fake_llm: FakeLLMSer
     assert body["max_tokens"] == 1024
     fmt = body["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
-    assert fmt["json_schema"]["schema"] == OUTPUT_SCHEMA
+    assert fmt["json_schema"]["schema"] == grade_schema(len(CRITERIA))
+    pinned = fmt["json_schema"]["schema"]["properties"]["criteria"]
+    assert pinned["minItems"] == pinned["maxItems"] == len(CRITERIA)
     d = result.details
     assert set(d) >= DETAIL_KEYS
     assert d["provider"] == "openai" and d["seed"] == 20240801 and d["temperature"] == 0
@@ -231,7 +234,7 @@ def test_anthropic_forced_tool_call(fake_llm: FakeLLMServer) -> None:
     assert result.score == 0.70
     body = fake_llm.last().body
     assert body["tools"][0]["name"] == TOOL_NAME
-    assert body["tools"][0]["input_schema"] == OUTPUT_SCHEMA
+    assert body["tools"][0]["input_schema"] == grade_schema(len(CRITERIA))
     assert body["tool_choice"] == {"type": "tool", "name": TOOL_NAME}
     assert body["temperature"] == 0 and "seed" not in body
     assert body["system"] == DEFAULT_PROMPT_FILE.read_text(encoding="utf-8")
@@ -548,7 +551,7 @@ def test_row6_rate_limit_storm_is_bounded(fake_llm: FakeLLMServer, provider: str
 
     err, later = run(judge, storm_then_recover)
     # Retry-After of an hour was capped (a test that waited an hour would time out)
-    assert str(err) == "rate limited after 3 attempts"
+    assert str(err) == "judge rate limited after 3 attempts"
     assert err.details["attempts"] == 3 and err.details["http_statuses"] == [429] * 3
     assert err.details["retry_after_capped"] == 3
     assert fake_llm.count() == 4 and later.score == 0.85
@@ -732,6 +735,79 @@ def test_json_object_unsupported_falls_back_to_prompt_only(fake_llm: FakeLLMServ
     result = grade(judge_for(fake_llm, "openai"))
     assert result.details["structured"] == "prompt-only"
     assert "response_format" not in fake_llm.last().body
+
+
+def test_grade_schema_pins_the_criteria_count_and_leaves_the_template() -> None:
+    before = json.dumps(OUTPUT_SCHEMA, sort_keys=True)
+    three = grade_schema(3)
+    criteria = three["properties"]["criteria"]
+    assert criteria["minItems"] == criteria["maxItems"] == 3
+    assert json.dumps(OUTPUT_SCHEMA, sort_keys=True) == before  # the template is not touched
+    del criteria["minItems"], criteria["maxItems"]
+    assert three == OUTPUT_SCHEMA  # nothing else differs
+
+
+# llama-cpp-python's own server validates response_format.type against "text" |
+# "json_object" and wraps FastAPI's validation error in a 500 (llama_cpp/server/errors.py).
+LLAMA_CPP_PYTHON_500 = (
+    "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}]"
+)
+
+
+def test_json_schema_refused_with_a_500_falls_back_to_json_object(fake_llm: FakeLLMServer) -> None:
+    refusal = Reply.error(500, LLAMA_CPP_PYTHON_500, type="internal_server_error")
+    one = (CRITERIA[0],)
+    fake_llm.enqueue(
+        refusal, refusal, Reply.json_content(good(60, n=1)), Reply.json_content(good(61, n=1))
+    )
+    judge = judge_for(fake_llm, "openai", max_retries=1)  # the SDK retries the 500 once
+
+    async def two(j: LLMJudge) -> list[Any]:
+        return [await j.grade(request(criteria=one)), await j.grade(request(criteria=one))]
+
+    first, second = run(judge, two)
+    assert first.score == 0.60 and first.details["structured"] == "json_object"
+    assert first.details["fallbacks"] == ["json_schema rejected (500); now json_object"]
+    assert first.details["http_statuses"] == [500, 500, 200]
+    bodies = [r.body for r in fake_llm.requests]
+    kinds = [b["response_format"]["type"] for b in bodies]
+    assert kinds == ["json_schema", "json_schema", "json_object", "json_object"]  # remembered
+    pinned = bodies[0]["response_format"]["json_schema"]["schema"]["properties"]["criteria"]
+    assert pinned["minItems"] == pinned["maxItems"] == 1
+    assert second.score == 0.61 and second.details["attempts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (500, "CUDA error: out of memory"),  # names no mechanism
+        (500, "response_format: the sampler crashed"),  # names it, says nothing of support
+        (503, "response_format json_schema is not supported"),  # a 503 is never a refusal
+    ],
+)
+def test_other_5xx_is_a_server_error_not_a_fallback(
+    fake_llm: FakeLLMServer, status: int, message: str
+) -> None:
+    fake_llm.enqueue(Reply.error(status, message))
+    err = grade_error(judge_for(fake_llm, "openai"))
+    assert str(err) == f"judge server error {status} after 1 attempts"
+    assert "fallbacks" not in err.details and err.details["structured"] == "json_schema"
+    assert fake_llm.count() == 1
+
+
+def test_anthropic_tools_refused_with_a_500_falls_back_to_prompt_only(
+    fake_llm: FakeLLMServer,
+) -> None:
+    fake_llm.enqueue(
+        Reply.error(500, "tool_choice: this server does not support forced tools"),
+        Reply.json_content(good(40)),
+    )
+    result = grade(judge_for(fake_llm, "anthropic"))
+    assert result.score == 0.40 and result.details["structured"] == "prompt-only"
+    assert result.details["fallbacks"] == ["tool rejected (500); now prompt-only"]
+    assert "tools" not in fake_llm.last().body
 
 
 def test_anthropic_tools_unsupported_falls_back_to_prompt_only(fake_llm: FakeLLMServer) -> None:
