@@ -4,7 +4,7 @@
 :class:`LLMJudge` whose ``await grade(request)`` returns a
 :class:`~pytest_agenteval._judges.Grade` or raises: :class:`LLMJudgeError` (a
 :class:`~pytest_agenteval._judges.JudgeError`: the item is an ERROR, never a pass
-or a fail) or :class:`JudgeConfigError` (401/403/404, no key: the run stops).
+or a fail) or :class:`JudgeConfigError` (401/402/403/404, no key: the run stops).
 A judge is a measuring instrument, so:
 
 The prompt
@@ -38,13 +38,16 @@ Injection flags
 
 The output contract
     ``{"overall_score": int 0-100, "criteria": [{"criterion", "met", "reasoning"}],
-    "summary"}``, one criteria entry per criterion, in order. OpenAI gets it as a
+    "summary"}``, one criteria entry per criterion, in order (the schema sent pins
+    the count: ``minItems`` = ``maxItems``, :func:`grade_schema`). OpenAI gets it as a
     strict ``json_schema`` response format, Anthropic as the input schema of a
     forced tool call (``record_grade``). When the server rejects that with a 400
     whose error names the mechanism (``response_format``, ``json_schema``,
-    ``json_object``, ``structured output``, ``tool``...), the judge remembers it and
-    falls back — OpenAI: ``json_object`` then prompt-only; Anthropic: prompt-only —
-    and records the mode in ``details.structured`` (and ``details.fallbacks``).
+    ``json_object``, ``structured output``, ``tool``...), or with a 500 whose error
+    names it and says it is unsupported or invalid (llama-cpp-python's server), the
+    judge remembers it and falls back — OpenAI: ``json_object`` then prompt-only;
+    Anthropic: prompt-only — and records the mode in ``details.structured`` (and
+    ``details.fallbacks``). Any other 500 stays a server error.
     Anthropic 2.x's SDK has no ``temperature`` parameter: 0 is sent in the request
     body; a 400 naming ``temperature`` drops it (recorded as ``temperature: None``).
 
@@ -85,17 +88,14 @@ Validation (decisions)
       are errors at once, without a re-ask.
 
 Transport
-    The SDKs retry (``max_retries``); there is no retry loop here. An httpx2 event
-    hook on our own client counts HTTP attempts and rewrites ``retry-after`` /
-    ``retry-after-ms`` above ``retry_after_cap_s`` down to the cap (Anthropic's SDK
-    would otherwise wait for any value; OpenAI's would give up above 120 s). The
-    whole ``grade`` (fallbacks and re-ask included) runs under a wall-clock
-    deadline. Connection failures, 5xx after retries and deadline expiries count
-    toward a circuit breaker; ``breaker_threshold`` in a row open it for the
-    judge's lifetime (every later call fails at once, no HTTP); a response resets
-    the count. Provider error text is never copied into a message (it may echo
-    the key); for an unexpected 400 only the provider's ``error.message``, with
-    credentials redacted, is shown.
+    Credentials, the SDK client, the HTTP error ladder and the circuit breaker are
+    the subjects' too: :mod:`pytest_agenteval._providers` (``ANTHROPIC_API_KEY`` or
+    ``ANTHROPIC_AUTH_TOKEN``; 401/402/403/404 stop the run; 429, 5xx, timeouts and
+    refused connections after the SDK's retries are errors saying after how many
+    attempts; Retry-After capped at ``retry_after_cap_s``). The whole ``grade``
+    (fallbacks and re-ask included) runs under a wall-clock deadline, whose expiry
+    counts toward the breaker as well. A fallback the judge takes (a structured-output
+    mode or the temperature refused) does not count.
 
 Cache (off by default)
     Key: SHA-256 of the canonical JSON of provider, model, endpoint (scheme, host,
@@ -115,9 +115,8 @@ Cache (off by default)
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import email.utils
+import dataclasses
+import functools
 import hashlib
 import hmac
 import json
@@ -127,12 +126,11 @@ import re
 import secrets
 import time
 import unicodedata
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -146,7 +144,23 @@ from ._injection import scan_text as _scan_text
 from ._injection import snippet as _snippet
 from ._injection import tool_calls_text
 from ._judges import ConfigError, Grade, GradeRequest, JudgeError
-from ._redact import Redactor, endpoint
+from ._providers import (
+    AnthropicConnection,
+    ClientT,
+    Connection,
+    OpenAIConnection,
+    ProviderError,
+    ProviderFailure,
+    Traffic,
+    Transport,
+    token_usage,
+    track,
+)
+from ._redact import Redactor
+from ._vocab import AgentevalError
+
+if TYPE_CHECKING:
+    from ._providers import AsyncAnthropic, AsyncOpenAI, ChatCompletion, Message
 
 __all__ = [
     "DEFAULT_PROMPT_FILE",
@@ -158,13 +172,12 @@ __all__ = [
     "LLMJudge",
     "LLMJudgeError",
     "OpenAIJudge",
+    "OutputContract",
     "make_llm_judge",
 ]
 
 #: The built-in judge system prompt, used when a family has none.
 DEFAULT_PROMPT_FILE = Path(__file__).parent / "prompts" / "default-judge.v1.md"
-#: The key sent to a server named by a base URL when no API key is configured.
-LOCAL_PLACEHOLDER_KEY = "agenteval-no-key"
 TOOL_NAME = "record_grade"
 SCHEMA_NAME = "agenteval_grade"
 CACHE_FORMAT = "agenteval-judge-cache/2"
@@ -172,6 +185,8 @@ CACHE_FORMAT = "agenteval-judge-cache/2"
 CACHE_KEY_ENV = "AGENTEVAL_CACHE_KEY"
 CACHE_KEY_MIN_CHARS = 16
 NONCE_PLACEHOLDER = "{nonce}"
+#: The option that sets a judge's base URL (named in configuration errors).
+BASE_URL_OPTION = "--judge-base-url"
 _TEMPERATURE = 0.0
 
 OUTPUT_SCHEMA: dict[str, Any] = {
@@ -205,11 +220,46 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 OUTPUT_SCHEMA_SHA256 = hashlib.sha256(canonical_json(OUTPUT_SCHEMA)).hexdigest()
 
 
+@dataclass(frozen=True)
+class OutputContract:
+    """The structured output one call must give: its JSON schema, the names it is sent
+    under (OpenAI's ``json_schema`` name, Anthropic's forced tool) and, for
+    :meth:`LLMJudge.ask`, how a reply is checked: *check* takes the parsed object
+    (non-finite numbers and duplicate keys already refused) and returns it as plain
+    data, or raises ``ValueError`` naming the field and value; *reask* is what the
+    one re-ask asks for."""
+
+    schema_name: str
+    tool_name: str
+    tool_description: str
+    schema: Mapping[str, Any]
+    check: Callable[[Any], dict[str, Any]] | None = None
+    reask: str = ""
+
+
+#: The grade's contract (:data:`OUTPUT_SCHEMA`; checked by ``_validate`` against the criteria).
+GRADE_CONTRACT = OutputContract(
+    SCHEMA_NAME, TOOL_NAME, "Record the grade of the answer under judgement.", OUTPUT_SCHEMA
+)
+
+
+def grade_schema(n_criteria: int) -> dict[str, Any]:
+    """:data:`OUTPUT_SCHEMA` for a grade of *n_criteria* criteria: the ``criteria`` array
+    pinned to exactly that many entries (``minItems`` = ``maxItems``), so a server that
+    constrains decoding to the schema (llama.cpp's grammar, OpenAI's strict mode) cannot
+    return another count. What is sent; ``output_schema_sha256`` stays the hash of
+    :data:`OUTPUT_SCHEMA`, the template (the count is the request's own)."""
+    schema = json.loads(json.dumps(OUTPUT_SCHEMA))  # a deep copy of plain JSON
+    schema["properties"]["criteria"]["minItems"] = n_criteria
+    schema["properties"]["criteria"]["maxItems"] = n_criteria
+    return schema
+
+
 # --------------------------------------------------------------------------- errors
 
 
 class JudgeConfigError(ConfigError):
-    """The judge is misconfigured (no key, key refused, unknown model): the run stops.
+    """The judge is misconfigured (no key, key refused, unknown model, unpaid): the run stops.
 
     The message names the environment variable or the model, never a key's value.
     """
@@ -223,7 +273,7 @@ class LLMJudgeError(JudgeError):
         self.details: dict[str, Any] = dict(details or {})
 
 
-class _Problem(Exception):
+class _Problem(AgentevalError):
     """The judge's output broke the contract (kind "json" or "schema")."""
 
     def __init__(self, kind: Literal["json", "schema"], text: str) -> None:
@@ -325,10 +375,10 @@ def _default_prompt() -> _Prompt:
     return _prompt_from(DEFAULT_PROMPT_FILE.read_text(encoding="utf-8"), DEFAULT_PROMPT_FILE)
 
 
-def _prompt_for(context: Mapping[str, Any]) -> _Prompt:
+def _prompt_for(context: Mapping[str, object]) -> _Prompt:
     value = context.get("judge_prompt")
-    path = context.get("judge_prompt_path")
-    path = Path(path) if isinstance(path, str | Path) else None
+    given = context.get("judge_prompt_path")
+    path = Path(given) if isinstance(given, str | Path) else None
     if isinstance(value, Path):
         return _prompt_from(value.read_text(encoding="utf-8"), value)
     if isinstance(value, str) and value.strip():
@@ -529,10 +579,10 @@ class _NonFinite:
 class _Obj(dict[str, Any]):
     """A JSON object that remembers its duplicate keys."""
 
-    dupes: list[tuple[str, Any, Any]]
+    dupes: list[tuple[str, object, object]]
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> _Obj:
+def _pairs(pairs: list[tuple[str, object]]) -> _Obj:
     obj = _Obj()
     obj.dupes = []
     for key, value in pairs:
@@ -543,7 +593,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> _Obj:
     return obj
 
 
-def _parse_float(text: str) -> Any:
+def _parse_float(text: str) -> float | _NonFinite:
     value = float(text)
     return value if math.isfinite(value) else _NonFinite(text)
 
@@ -554,7 +604,7 @@ _DECODER = json.JSONDecoder(
 _FENCE = re.compile(r"\A```[ \t]*(?:json)?[ \t]*\r?\n?(.*?)\r?\n?[ \t]*```\s*\Z", re.S | re.I)
 
 
-def _loads_strict(text: str) -> Any:
+def _loads_strict(text: str) -> object:
     """Exactly one JSON value (optionally in one ```json fence, nothing around it)."""
     s = text.strip()
     if not s:
@@ -587,7 +637,7 @@ def _loads_strict(text: str) -> Any:
     return value
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if isinstance(value, _NonFinite):
         return value.literal
     try:
@@ -608,10 +658,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _raw_json(value: Any) -> str:
+def _raw_json(value: object) -> str:
     """Parsed output back to JSON text, non-finite numbers written as the literals they were."""
 
-    def walk(v: Any) -> Any:
+    def walk(v: object) -> object:
         if isinstance(v, _NonFinite):
             return float(v.literal)
         if isinstance(v, dict):
@@ -623,7 +673,7 @@ def _raw_json(value: Any) -> str:
     return json.dumps(walk(value), ensure_ascii=False, allow_nan=True)
 
 
-def _path(parts: Sequence[Any]) -> str:
+def _path(parts: Sequence[int | str]) -> str:
     out = ""
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -643,7 +693,7 @@ def _rule(path: str) -> str:
     return "must be an object"
 
 
-def _scan(value: Any, parts: list[Any]) -> None:
+def _scan(value: object, parts: list[int | str]) -> None:
     """Refuse non-finite numbers and duplicate keys anywhere, naming the place."""
     if isinstance(value, _NonFinite):
         where = _path(parts)
@@ -682,7 +732,7 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).strip(" .;:")
 
 
-def _validate(value: Any, criteria: Sequence[str]) -> tuple[dict[str, Any], list[int]]:
+def _validate(value: object, criteria: Sequence[str]) -> tuple[dict[str, Any], list[int]]:
     """The validated grade as plain data, and the indexes whose criterion text differs."""
     if not isinstance(value, dict):
         kind = "a list" if isinstance(value, list) else type(value).__name__
@@ -729,65 +779,14 @@ def _validate(value: Any, criteria: Sequence[str]) -> tuple[dict[str, Any], list
 
 
 @dataclass
-class _CallState:
-    """What one ``grade`` call did over HTTP (shared with the event hooks via a ContextVar)."""
+class _CallState(Traffic):
+    """What one ``grade`` call did: its HTTP traffic (counted by the client's event
+    hooks, :func:`~pytest_agenteval._providers.track`), tokens, sampling and contract."""
 
-    attempts: int = 0
-    statuses: list[int] = field(default_factory=list)
-    retry_after_capped: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     sampling: Sampling = Sampling(_TEMPERATURE, None)
-
-
-_CALL: contextvars.ContextVar[_CallState | None] = contextvars.ContextVar(
-    "agenteval_llm_call", default=None
-)
-
-
-def _fmt_seconds(value: float) -> str:
-    return format(value, "g")
-
-
-def _cap_retry_after(headers: Any, cap: float) -> bool:
-    """Rewrite retry-after(-ms) above *cap* seconds down to *cap*. True if changed."""
-    changed = False
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            seconds: float | None = float(ms) / 1000
-        except ValueError:
-            seconds = None
-        if seconds is not None and (not math.isfinite(seconds) or seconds > cap):
-            headers["retry-after-ms"] = _fmt_seconds(max(cap, 0.001) * 1000)
-            changed = True
-    value = headers.get("retry-after")
-    if value is not None:
-        try:
-            seconds = float(value)
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-                seconds = when.timestamp() - time.time()
-            except (TypeError, ValueError, IndexError, OverflowError):
-                seconds = None
-        if seconds is not None and (not math.isfinite(seconds) or seconds > cap):
-            headers["retry-after"] = _fmt_seconds(max(cap, 0.001))
-            changed = True
-    return changed
-
-
-def _host(url: str) -> str:
-    """Host (and explicit port) of *url*: never credentials, path or query."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "(unparseable base URL)"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{host}:{port}" if port else host
+    contract: OutputContract = GRADE_CONTRACT
 
 
 _STRUCTURE_WORDS = (
@@ -806,35 +805,21 @@ _STRUCTURE_WORDS = (
 )
 
 
-def _error_text(exc: BaseException) -> str:
-    """Provider error text, for matching only (never shown unredacted)."""
-    parts = [str(getattr(exc, "message", "") or "")]
-    body = getattr(exc, "body", None)
-    if body is not None:
-        with contextlib.suppress(TypeError, ValueError):
-            parts.append(json.dumps(body, default=str))
-    return " ".join(parts).lower()
-
-
-def _provider_message(exc: BaseException) -> str:
-    """The provider's ``error.message`` with credentials redacted, clipped."""
-    body = getattr(exc, "body", None)
-    message: Any = None
-    if isinstance(body, Mapping):
-        inner = body.get("error", body)
-        if isinstance(inner, Mapping):
-            message = inner.get("message")
-    if not isinstance(message, str) or not message.strip():
-        return ""
-    return _snippet(Redactor.from_environ().text(message), 200)
-
-
-def _usage_pair(usage: Any, prompt_attr: str, completion_attr: str) -> tuple[int, int]:
-    def num(name: str) -> int:
-        value = getattr(usage, name, None) if usage is not None else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    return num(prompt_attr), num(completion_attr)
+#: With a structure word, what makes a 500 a refusal of the mechanism, not a crash.
+_UNSUPPORTED_WORDS = (
+    "not supported",
+    "unsupported",
+    "does not support",
+    "not implemented",
+    "validation error",
+    "literal_error",
+    "input should be",
+    "invalid",
+    "unknown",
+    "unrecognized",
+    "not allowed",
+    "not permitted",
+)
 
 
 @dataclass
@@ -842,7 +827,7 @@ class _Reply:
     """One judge response, before validation."""
 
     text: str = ""
-    tool_input: Any = None
+    tool_input: object = None
     tool_id: str | None = None
     has_tool: bool = False
     raw: str = ""
@@ -853,48 +838,42 @@ class _Reply:
 # --------------------------------------------------------------------------- the judges
 
 
-class LLMJudge:
+ReplyT = TypeVar("ReplyT")
+T = TypeVar("T")
+Fallback = Literal["temperature", "structure"]
+
+
+class LLMJudge(Generic[ClientT, ReplyT]):
     """Base of :class:`OpenAIJudge` and :class:`AnthropicJudge`."""
 
-    provider: ClassVar[str]
-    key_env: ClassVar[str]
-    base_env: ClassVar[str]
-    default_base_url: ClassVar[str]
+    connection_class: ClassVar[type[Connection[Any]]]
     modes: ClassVar[tuple[str, ...]]
 
     def __init__(self, model: str, settings: JudgeSettings) -> None:
         self.model = model
         self.name = f"{self.provider}:{model}"
         self.settings = settings
-        explicit = settings.base_url or os.environ.get(self.base_env) or None
-        self.base_url = explicit or self.default_base_url
-        self.base_url_host = _host(self.base_url)
-        self._local = explicit is not None
-        self._key_var = self._check_credentials()
-        self._client: Any = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        transport = Transport(
+            settings.timeout_s,
+            settings.max_retries,
+            settings.retry_after_cap_s,
+            settings.breaker_threshold,
+        )
+        try:
+            self.conn: Connection[ClientT] = self.connection_class(
+                model, transport, base_url=settings.base_url, base_url_option=BASE_URL_OPTION
+            )
+        except ProviderError as err:
+            raise self._error(err.failure) from None
+        self.base_url = self.conn.base_url
+        self.base_url_host = self.conn.host
         self._mode_index = 0
         self._send_temperature = True
-        self._failures = 0
-        self._open_after: int | None = None
         self._fallbacks: list[str] = []
-        self._sdk()  # import the SDK now (seconds, cold), not inside a call's deadline
 
-    # -- configuration
-
-    def _check_credentials(self) -> str:
-        """The name of the variable that holds the key (its value is read when needed)."""
-        if os.environ.get(self.key_env):
-            return self.key_env
-        if self._local:
-            return self.key_env
-        raise JudgeConfigError(
-            f"judge {self.name}: {self.key_env} is not set (needed unless a base URL is "
-            f"set with --judge-base-url or {self.base_env})"
-        )
-
-    def _api_key(self) -> str:
-        return os.environ.get(self.key_env) or LOCAL_PLACEHOLDER_KEY
+    @property
+    def provider(self) -> str:
+        return self.connection_class.provider.name
 
     @property
     def structured(self) -> str:
@@ -910,7 +889,7 @@ class LLMJudge:
         """May grade one answer several times in a panel (``--judge-repeat=sampled``)."""
         return self.settings.repeat == "sampled"
 
-    def sampling(self, context: Mapping[str, Any]) -> Sampling:
+    def sampling(self, context: Mapping[str, object]) -> Sampling:
         """Temperature and seed of one call: temperature 0 and the base seed, except for a
         judge repeated in a panel (``context["repeats"]`` > 1, ``--judge-repeat=sampled``),
         whose repetition k (``context["repeat"]``) uses ``seed + k`` at
@@ -931,103 +910,69 @@ class LLMJudge:
         """The temperature actually sent (``None``: the server refused the parameter)."""
         return sampling.temperature
 
-    def _hooks(self) -> dict[str, list[Any]]:
-        cap = self.settings.retry_after_cap_s
-
-        async def on_request(request: Any) -> None:
-            state = _CALL.get()
-            if state is not None:
-                state.attempts += 1
-
-        async def on_response(response: Any) -> None:
-            capped = _cap_retry_after(response.headers, cap)
-            state = _CALL.get()
-            if state is not None:
-                state.statuses.append(int(response.status_code))
-                state.retry_after_capped += capped
-
-        return {"request": [on_request], "response": [on_response]}
-
-    def _get_client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = self._new_client()
-            self._client_loop = loop
-        return self._client
-
-    def _new_client(self) -> Any:
-        raise NotImplementedError
-
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        self._client_loop = None
-        if client is not None:
-            await client.close()
-
-    # -- circuit breaker
-
-    def _note_failure(self) -> None:
-        self._failures += 1
-        if self._open_after is None and self._failures >= self.settings.breaker_threshold:
-            self._open_after = self._failures
-
-    def _note_success(self) -> None:
-        if self._open_after is None:
-            self._failures = 0
+        await self.conn.aclose()
 
     # -- errors
 
-    def _translate(self, exc: BaseException, attempts: int) -> BaseException:
-        """An SDK exception -> JudgeConfigError / a message for LLMJudgeError (as str)."""
-        sdk = self._sdk()
-        label = f"judge {self.name}"
-        if isinstance(exc, sdk.APIStatusError):
-            status = int(getattr(exc, "status_code", 0) or 0)
-            if status == 401:
-                return JudgeConfigError(
-                    f"{label}: authentication failed (401); check {self._key_var}"
-                )
-            if status == 403:
-                return JudgeConfigError(
-                    f"{label}: permission denied (403); check {self._key_var} and the "
-                    f"access to model '{self.model}'"
-                )
-            if status == 404:
-                return JudgeConfigError(
-                    f"{label}: model '{self.model}' not found (404) at {self.base_url_host}"
-                )
-            if status == 402:
-                return JudgeConfigError(
-                    f"{label}: payment required (402); check the account of {self._key_var}"
-                )
-            if status == 429:
-                return _Failure(f"rate limited after {attempts} attempts")
-            if status >= 500:
-                self._note_failure()
-                return _Failure(f"judge server error {status} after {attempts} attempts")
-            detail = _provider_message(exc)
-            return _Failure(
-                f"judge request rejected ({status})" + (f": {detail}" if detail else "")
-            )
-        if isinstance(exc, sdk.APITimeoutError):
-            self._note_failure()
-            return _Failure(
-                f"judge request timed out (SDK timeout {self.settings.timeout_s:g}s) "
-                f"after {attempts} attempts"
-            )
-        if isinstance(exc, sdk.APIConnectionError):
-            self._note_failure()
-            return _Failure(f"judge connection failed after {attempts} attempts")
-        return _Failure(f"judge client error ({type(exc).__name__})")
+    def _error(self, failure: ProviderFailure) -> Exception:
+        """A provider failure -> :class:`JudgeConfigError` (the run stops), else a
+        :class:`_Failure` (this grade is an ERROR)."""
+        if failure.config:
+            return JudgeConfigError(f"judge {self.name}: {failure.text}")
+        return _Failure(f"judge {failure.text}")
 
-    def _sdk(self) -> Any:
-        raise NotImplementedError
+    def _fallback(self, failure: ProviderFailure) -> Fallback | None:
+        """The fallback a refused request allows, if any. "structure": the server refused
+        the structured-output mechanism and a mode is left: a 400 naming it, or a 500
+        that names it AND says it is unsupported or invalid (llama-cpp-python's server
+        answers ``json_schema`` with its request-validation error as a 500, after the
+        SDK's retries). Any other 500 is a server error."""
+        if self._mode_index + 1 >= len(self.modes) or failure.status not in (400, 500):
+            return None
+        text = failure.match_text
+        if not any(word in text for word in _STRUCTURE_WORDS):
+            return None
+        if failure.status == 400 or any(word in text for word in _UNSUPPORTED_WORDS):
+            return "structure"
+        return None
 
-    def _structure_rejected(self, exc: BaseException) -> bool:
-        if self._mode_index + 1 >= len(self.modes):
-            return False
-        text = _error_text(exc)
-        return any(word in text for word in _STRUCTURE_WORDS)
+    def _take_fallback(self, which: Fallback, failure: ProviderFailure, mode: str) -> None:
+        if which == "temperature":
+            self._send_temperature = False
+            self._fallbacks.append(f"temperature rejected ({failure.status}); now not sent")
+        else:
+            self._mode_index += 1
+            self._fallbacks.append(f"{mode} rejected ({failure.status}); now {self.structured}")
+
+    async def _within_deadline(
+        self,
+        work: Callable[[], Awaitable[T]],
+        state: _CallState,
+        details: dict[str, Any],
+        start: float,
+    ) -> T:
+        """*work* (every HTTP attempt of one grade or ask) behind the circuit breaker,
+        its traffic counted into *state*, under the wall-clock deadline."""
+        open_circuit = self.conn.circuit_failure()
+        if open_circuit is not None:
+            details["latency_s"] = round(time.perf_counter() - start, 6)
+            details["circuit_open"] = True
+            raise LLMJudgeError(f"judge {open_circuit.text}", details)
+        self.conn.client()  # created in this loop, outside the deadline
+
+        async def live() -> T:
+            with track(state):  # read by the event hooks of this task's requests
+                return await work()
+
+        try:
+            return await asyncio.wait_for(live(), self.settings.deadline_s)
+        except asyncio.TimeoutError:
+            self.conn.note_failure()
+            self._finish_details(details, state, start)
+            raise LLMJudgeError(
+                f"judge timeout after {self.settings.deadline_s:g}s", details
+            ) from None
 
     # -- grading
 
@@ -1059,47 +1004,19 @@ class LLMJudge:
                     details["cache_error"] = problem
                     details["cache_status"] = "rejected"
 
-        if self._open_after is not None:
-            details["latency_s"] = round(time.perf_counter() - start, 6)
-            details["circuit_open"] = True
-            raise LLMJudgeError(
-                f"judge unavailable: circuit open after {self._open_after} consecutive "
-                "provider failures (server errors 5xx, timeouts or refused connections)",
-                details,
-            )
-
-        self._get_client()  # created in this loop, outside the deadline
-        state = _CallState(sampling=sampling)
-        try:
-            grade = await asyncio.wait_for(
-                self._grade_live(request, prompt, rendered, criteria, state, details, start),
-                settings.deadline_s,
-            )
-        except asyncio.TimeoutError:
-            self._note_failure()
-            self._finish_details(details, state, start)
-            raise LLMJudgeError(f"judge timeout after {settings.deadline_s:g}s", details) from None
+        contract = dataclasses.replace(GRADE_CONTRACT, schema=grade_schema(len(criteria)))
+        state = _CallState(sampling=sampling, contract=contract)
+        grade = await self._within_deadline(
+            lambda: self._exchange(request, prompt, rendered, criteria, state, details, start),
+            state,
+            details,
+            start,
+        )
         if key is not None and settings.cache_mode in ("write", "readwrite"):
             cache_problem = await self._cache_write(key, grade)
             if cache_problem:
                 details["cache_error"] = cache_problem
         return grade
-
-    async def _grade_live(
-        self,
-        request: GradeRequest,
-        prompt: _Prompt,
-        rendered: _Rendered,
-        criteria: list[str],
-        state: _CallState,
-        details: dict[str, Any],
-        start: float,
-    ) -> Grade:
-        token = _CALL.set(state)  # read by the event hooks of this call's requests
-        try:
-            return await self._exchange(request, prompt, rendered, criteria, state, details, start)
-        finally:
-            _CALL.reset(token)
 
     async def _exchange(
         self,
@@ -1111,14 +1028,41 @@ class LLMJudge:
         details: dict[str, Any],
         start: float,
     ) -> Grade:
-        messages: list[dict[str, Any]] = [{"role": "user", "content": rendered.user}]
-        first: dict[str, Any] | None = None
-        parsed: dict[str, Any] | None = None
         mismatched: list[int] = []
-        reply = _Reply()
+
+        def check(value: Any) -> dict[str, Any]:
+            nonlocal mismatched
+            parsed, mismatched = _validate(value, criteria)
+            return parsed
+
+        parsed = await self._rounds(
+            prompt.text,
+            [{"role": "user", "content": rendered.user}],
+            state,
+            details,
+            start,
+            check,
+            lambda reply, problem: self._reask_turns(reply, problem, len(criteria)),
+        )
+        if mismatched:
+            details["criteria_text_mismatch"] = mismatched
+        return _make_grade(parsed, criteria, self.name, details)
+
+    async def _rounds(
+        self,
+        system: str,
+        messages: list[dict[str, Any]],
+        state: _CallState,
+        details: dict[str, Any],
+        start: float,
+        check: Callable[[Any], dict[str, Any]],
+        reask: Callable[[_Reply, _Problem], list[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """Ask, and hold the reply to *check*; one re-ask when it breaks the contract, then
+        :class:`LLMJudgeError` (the raw outputs kept in *details*)."""
         for round_ in (0, 1):
             try:
-                reply = await self._complete(prompt.text, messages, state, details)
+                reply = await self._complete(system, messages, state, details)
             except _Failure as failure:
                 self._finish_details(details, state, start)
                 raise LLMJudgeError(str(failure), details) from None
@@ -1127,23 +1071,68 @@ class LLMJudge:
             details["raw_response"] = reply.raw
             try:
                 value = reply.tool_input if reply.has_tool else _loads_strict(reply.text)
-                parsed, mismatched = _validate(value, criteria)
+                parsed = check(value)
                 break
             except _Problem as problem:
                 if round_ == 1:
                     self._finish_details(details, state, start)
                     details["problem"] = problem.text
                     raise LLMJudgeError(problem.message(), details) from None
-                first = {"raw_response": reply.raw, "problem": problem.text}
                 details["reasks"] = 1
-                details["first_response"] = first
-                messages = [*messages, *self._reask_turns(reply, problem, len(criteria))]
-        assert parsed is not None
+                details["first_response"] = {"raw_response": reply.raw, "problem": problem.text}
+                messages = [*messages, *reask(reply, problem)]
         self._finish_details(details, state, start)
         details["parsed"] = parsed
-        if mismatched:
-            details["criteria_text_mismatch"] = mismatched
-        return _make_grade(parsed, criteria, self.name, details)
+        return parsed
+
+    async def ask(
+        self, system: str, user: str, contract: OutputContract
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One structured call that is not a grade (e.g. a pairwise preference).
+
+        *system* and *user* are sent as given: the caller fences and neutralises
+        untrusted text in them. The reply is held to *contract* as strictly as a
+        grade (one JSON object, no NaN or duplicate keys, ``contract.check``), with
+        the same fallbacks, one re-ask, wall-clock deadline and circuit breaker; no
+        cache. Returns (the checked reply, details: request, raw output, usage,
+        attempts, latency...). Raises :class:`LLMJudgeError` or
+        :class:`JudgeConfigError` as :meth:`grade` does.
+        """
+        start = time.perf_counter()
+        sampling = self.sampling({})
+        schema_sha256 = hashlib.sha256(canonical_json(dict(contract.schema))).hexdigest()
+        details: dict[str, Any] = {
+            **self._details_head(sampling, schema_sha256),
+            "request": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "raw_response": None,
+            "parsed": None,
+        }
+
+        def check(value: Any) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                kind = "a list" if isinstance(value, list) else type(value).__name__
+                raise _Problem("schema", f"expected one JSON object at the top level, got {kind}")
+            _scan(value, [])
+            if contract.check is None:
+                return dict(_plain(value))
+            try:
+                return contract.check(_plain(value))
+            except ValueError as exc:
+                raise _Problem("schema", str(exc)) from None
+
+        def reask(reply: _Reply, problem: _Problem) -> list[dict[str, Any]]:
+            ask = f"Your previous reply could not be used: {problem.message()}. {contract.reask}"
+            return self._reask_with(reply, problem, ask.strip(), contract.tool_name)
+
+        state = _CallState(sampling=sampling, contract=contract)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
+        parsed = await self._within_deadline(
+            lambda: self._rounds(system, messages, state, details, start, check, reask),
+            state,
+            details,
+            start,
+        )
+        return parsed, details
 
     def _reask_turns(self, reply: _Reply, problem: _Problem, n: int) -> list[dict[str, Any]]:
         ask = (
@@ -1153,6 +1142,12 @@ class LLMJudge:
             "criterion, met true or false, and reasoning), and summary. No other text, "
             "no other keys."
         )
+        return self._reask_with(reply, problem, ask, TOOL_NAME)
+
+    def _reask_with(
+        self, reply: _Reply, problem: _Problem, ask: str, tool_name: str
+    ) -> list[dict[str, Any]]:
+        """The turns of the one re-ask: the invalid reply, then *ask*."""
         return [
             {"role": "assistant", "content": reply.raw or "(empty reply)"},
             {"role": "user", "content": ask},
@@ -1165,13 +1160,50 @@ class LLMJudge:
         state: _CallState,
         details: dict[str, Any],
     ) -> _Reply:
+        """One reply: the request in the current mode, again after each fallback taken."""
+        self._record_request(details, system, messages)
+        while True:
+            mode = self.structured
+            request = self._request(system, messages, state, mode)
+            failure: ProviderFailure | None = None
+            try:
+                response = await self.conn.call(
+                    functools.partial(self._send, request=request),
+                    recoverable=lambda f: self._fallback(f) is not None,
+                )
+            except ProviderError as err:
+                failure = err.failure
+            if failure is not None:  # outside the handler: no exception chain
+                which = self._fallback(failure)
+                if which is None:
+                    raise self._error(failure)
+                self._take_fallback(which, failure, mode)
+                continue
+            prompt_tokens, completion_tokens = token_usage(
+                self.conn.provider, self._usage(response)
+            )
+            state.prompt_tokens += prompt_tokens
+            state.completion_tokens += completion_tokens
+            return self._reply(response, mode, state.contract.tool_name)
+
+    def _request(
+        self, system: str, messages: list[dict[str, Any]], state: _CallState, mode: str
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def _send(self, client: ClientT, request: dict[str, Any]) -> ReplyT:
+        raise NotImplementedError
+
+    def _usage(self, response: ReplyT) -> object:
+        raise NotImplementedError
+
+    def _reply(self, response: ReplyT, mode: str, tool_name: str) -> _Reply:
         raise NotImplementedError
 
     # -- details
 
-    def _base_details(
-        self, prompt: _Prompt, rendered: _Rendered, nonce: str, repetition: Any, sampling: Sampling
-    ) -> dict[str, Any]:
+    def _details_head(self, sampling: Sampling, schema_sha256: str) -> dict[str, Any]:
+        """What every call's details start with: who was asked how, nothing done yet."""
         return {
             "provider": self.provider,
             "model_requested": self.model,
@@ -1180,14 +1212,26 @@ class LLMJudge:
             "temperature": self._temperature(sampling),
             "seed": sampling.seed,
             "max_tokens": self.settings.max_tokens,
-            "prompt_version": prompt.version,
-            "prompt_sha256": prompt.sha256,
-            "output_schema_sha256": OUTPUT_SCHEMA_SHA256,
+            "output_schema_sha256": schema_sha256,
             "structured": self.structured,
             "usage": {"prompt_tokens": 0, "completion_tokens": 0},
             "attempts": 0,
             "reasks": 0,
             "latency_s": 0.0,
+        }
+
+    def _base_details(
+        self,
+        prompt: _Prompt,
+        rendered: _Rendered,
+        nonce: str,
+        repetition: int | str,
+        sampling: Sampling,
+    ) -> dict[str, Any]:
+        return {
+            **self._details_head(sampling, OUTPUT_SCHEMA_SHA256),
+            "prompt_version": prompt.version,
+            "prompt_sha256": prompt.sha256,
             "injection_suspected": bool(rendered.injection_reasons),
             "injection_reasons": list(rendered.injection_reasons),
             "answer_truncated": rendered.answer_truncated,
@@ -1227,7 +1271,7 @@ class LLMJudge:
     @property
     def endpoint(self) -> str:
         """The base URL as the cache keys it: scheme, host, port, path; never userinfo."""
-        return endpoint(self.base_url)
+        return self.conn.endpoint
 
     @property
     def cache_authenticated(self) -> bool:
@@ -1235,7 +1279,7 @@ class LLMJudge:
         return self.settings.cache_mode != "off" and bool(os.environ.get(CACHE_KEY_ENV))
 
     @staticmethod
-    def _cache_mac(key: str, payload: Any) -> str | None:
+    def _cache_mac(key: str, payload: object) -> str | None:
         """HMAC-SHA256 of an entry under ``AGENTEVAL_CACHE_KEY``; None without a key."""
         secret = os.environ.get(CACHE_KEY_ENV)
         if not secret:
@@ -1244,7 +1288,7 @@ class LLMJudge:
         return hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
 
     def _cache_key(
-        self, prompt: _Prompt, key_user: str, repetition: Any, sampling: Sampling
+        self, prompt: _Prompt, key_user: str, repetition: int | str, sampling: Sampling
     ) -> str:
         material = {
             "format": CACHE_FORMAT,
@@ -1359,11 +1403,11 @@ class LLMJudge:
         return None
 
 
-class _Failure(Exception):
+class _Failure(AgentevalError):
     """Internal: a failed HTTP exchange, already phrased for the user."""
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"non-finite number {name}")
 
 
@@ -1383,86 +1427,46 @@ def _make_grade(
     )
 
 
-class OpenAIJudge(LLMJudge):
+class OpenAIJudge(LLMJudge["AsyncOpenAI", "ChatCompletion"]):
     """``openai:MODEL``: Chat Completions with a strict json_schema response format."""
 
-    provider = "openai"
-    key_env = "OPENAI_API_KEY"
-    base_env = "OPENAI_BASE_URL"
-    default_base_url = "https://api.openai.com/v1"
+    connection_class = OpenAIConnection
     modes = ("json_schema", "json_object", "prompt-only")
 
     @property
     def seed(self) -> int | None:
         return self.settings.seed
 
-    def _sdk(self) -> Any:
-        import openai
-
-        return openai
-
-    def _new_client(self) -> Any:
-        import openai
-
-        http = openai.DefaultAsyncHttpxClient(
-            timeout=self.settings.timeout_s, event_hooks=self._hooks()
-        )
-        return openai.AsyncOpenAI(
-            api_key=self._api_key(),
-            base_url=self.base_url,
-            timeout=self.settings.timeout_s,
-            max_retries=self.settings.max_retries,
-            http_client=http,
-        )
-
-    async def _complete(
-        self,
-        system: str,
-        messages: list[dict[str, Any]],
-        state: _CallState,
-        details: dict[str, Any],
-    ) -> _Reply:
-        sdk = self._sdk()
-        client = self._get_client()
-        convo = [{"role": "system", "content": system}, *messages]
-        self._record_request(details, system, messages)
-        while True:
-            mode = self.structured
-            kwargs: dict[str, Any] = {
-                "model": self.model,
-                "messages": convo,
-                "temperature": state.sampling.temperature,
-                "seed": state.sampling.seed,
-                "max_tokens": self.settings.max_tokens,
+    def _request(
+        self, system: str, messages: list[dict[str, Any]], state: _CallState, mode: str
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": system}, *messages],
+            "temperature": state.sampling.temperature,
+            "seed": state.sampling.seed,
+            "max_tokens": self.settings.max_tokens,
+        }
+        if mode == "json_schema":
+            request["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": state.contract.schema_name,
+                    "schema": dict(state.contract.schema),
+                    "strict": True,
+                },
             }
-            if mode == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": SCHEMA_NAME, "schema": OUTPUT_SCHEMA, "strict": True},
-                }
-            elif mode == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
-            before = state.attempts
-            error: BaseException | None = None
-            try:
-                resp = await client.chat.completions.create(**kwargs)
-            except sdk.APIError as exc:
-                if isinstance(exc, sdk.BadRequestError) and self._structure_rejected(exc):
-                    self._mode_index += 1
-                    self._fallbacks.append(f"{mode} rejected (400); now {self.structured}")
-                    continue
-                error = self._translate(exc, state.attempts - before)
-            except Exception as exc:  # never let SDK text (it may echo the key) escape
-                error = _Failure(f"judge client error ({type(exc).__name__})")
-            if error is not None:
-                raise error  # outside the handler: the SDK exception is not its __context__
-            self._note_success()
-            p, c = _usage_pair(getattr(resp, "usage", None), "prompt_tokens", "completion_tokens")
-            state.prompt_tokens += p
-            state.completion_tokens += c
-            return self._reply(resp)
+        elif mode == "json_object":
+            request["response_format"] = {"type": "json_object"}
+        return request
 
-    def _reply(self, resp: Any) -> _Reply:
+    async def _send(self, client: AsyncOpenAI, request: dict[str, Any]) -> ChatCompletion:
+        return await client.chat.completions.create(**request)
+
+    def _usage(self, response: ChatCompletion) -> object:
+        return response.usage
+
+    def _reply(self, resp: ChatCompletion, mode: str, tool_name: str) -> _Reply:
         choices = getattr(resp, "choices", None) or []
         if not choices:
             raise _Failure("judge returned no choices")
@@ -1480,97 +1484,53 @@ class OpenAIJudge(LLMJudge):
         return _Reply(text=text, raw=text, model=getattr(resp, "model", None), finish=finish)
 
 
-class AnthropicJudge(LLMJudge):
+class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, Message]"]):
     """``anthropic:MODEL``: Messages with a forced ``record_grade`` tool call."""
 
-    provider = "anthropic"
-    key_env = "ANTHROPIC_API_KEY"
-    base_env = "ANTHROPIC_BASE_URL"
-    default_base_url = "https://api.anthropic.com"
+    connection_class = AnthropicConnection
     modes = ("tool", "prompt-only")
 
     def _temperature(self, sampling: Sampling) -> float | None:
         return sampling.temperature if self._send_temperature else None
 
-    def _sdk(self) -> Any:
-        import anthropic
+    def _fallback(self, failure: ProviderFailure) -> Fallback | None:
+        if self._send_temperature and failure.status == 400 and "temperature" in failure.match_text:
+            return "temperature"
+        return super()._fallback(failure)
 
-        return anthropic
+    def _request(
+        self, system: str, messages: list[dict[str, Any]], state: _CallState, mode: str
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.settings.max_tokens,
+            "system": system,
+            "messages": messages,
+        }
+        if self._send_temperature:
+            # anthropic 2.x has no temperature parameter; the API field goes in the body
+            request["extra_body"] = {"temperature": state.sampling.temperature}
+        if mode == "tool":
+            request["tools"] = [
+                {
+                    "name": state.contract.tool_name,
+                    "description": state.contract.tool_description,
+                    "input_schema": dict(state.contract.schema),
+                }
+            ]
+            request["tool_choice"] = {"type": "tool", "name": state.contract.tool_name}
+        return request
 
-    def _new_client(self) -> Any:
-        import anthropic
+    async def _send(self, client: AsyncAnthropic, request: dict[str, Any]) -> tuple[str, Message]:
+        """The raw body (its tool input is re-parsed strictly) and the parsed message."""
+        raw = await client.messages.with_raw_response.create(**request)
+        return await raw.text(), await raw.parse()
 
-        http = anthropic.DefaultAsyncHttpxClient(
-            timeout=self.settings.timeout_s, event_hooks=self._hooks()
-        )
-        return anthropic.AsyncAnthropic(
-            api_key=self._api_key(),
-            base_url=self.base_url,
-            timeout=self.settings.timeout_s,
-            max_retries=self.settings.max_retries,
-            http_client=http,
-            open_telemetry=False,
-        )
+    def _usage(self, response: tuple[str, Message]) -> object:
+        return response[1].usage
 
-    async def _complete(
-        self,
-        system: str,
-        messages: list[dict[str, Any]],
-        state: _CallState,
-        details: dict[str, Any],
-    ) -> _Reply:
-        sdk = self._sdk()
-        client = self._get_client()
-        self._record_request(details, system, messages)
-        while True:
-            mode = self.structured
-            kwargs: dict[str, Any] = {
-                "model": self.model,
-                "max_tokens": self.settings.max_tokens,
-                "system": system,
-                "messages": messages,
-            }
-            if self._send_temperature:
-                # anthropic 2.x has no temperature parameter; the API field goes in the body
-                kwargs["extra_body"] = {"temperature": state.sampling.temperature}
-            if mode == "tool":
-                kwargs["tools"] = [
-                    {
-                        "name": TOOL_NAME,
-                        "description": "Record the grade of the answer under judgement.",
-                        "input_schema": OUTPUT_SCHEMA,
-                    }
-                ]
-                kwargs["tool_choice"] = {"type": "tool", "name": TOOL_NAME}
-            before = state.attempts
-            error: BaseException | None = None
-            try:
-                raw = await client.messages.with_raw_response.create(**kwargs)
-                body = await raw.text()
-                msg = await raw.parse()
-            except sdk.APIError as exc:
-                if isinstance(exc, sdk.BadRequestError):
-                    text = _error_text(exc)
-                    if self._send_temperature and "temperature" in text:
-                        self._send_temperature = False
-                        self._fallbacks.append("temperature rejected (400); now not sent")
-                        continue
-                    if self._structure_rejected(exc):
-                        self._mode_index += 1
-                        self._fallbacks.append(f"{mode} rejected (400); now {self.structured}")
-                        continue
-                error = self._translate(exc, state.attempts - before)
-            except Exception as exc:  # never let SDK text (it may echo the key) escape
-                error = _Failure(f"judge client error ({type(exc).__name__})")
-            if error is not None:
-                raise error  # outside the handler: the SDK exception is not its __context__
-            self._note_success()
-            p, c = _usage_pair(getattr(msg, "usage", None), "input_tokens", "output_tokens")
-            state.prompt_tokens += p
-            state.completion_tokens += c
-            return self._reply(msg, body, mode)
-
-    def _reply(self, msg: Any, body: str, mode: str) -> _Reply:
+    def _reply(self, response: tuple[str, Message], mode: str, tool_name: str) -> _Reply:
+        body, msg = response
         stop = getattr(msg, "stop_reason", None)
         if stop in ("max_tokens", "model_context_window_exceeded"):
             raise _Failure(f"judge output truncated (stop_reason={stop})")
@@ -1585,7 +1545,7 @@ class AnthropicJudge(LLMJudge):
         if mode != "tool":
             return reply
         for i, block in enumerate(blocks):
-            if block.type == "tool_use" and block.name == TOOL_NAME:
+            if block.type == "tool_use" and block.name == tool_name:
                 reply.has_tool = True
                 reply.tool_id = block.id
                 reply.tool_input = self._strict_tool_input(body, i, block.input)
@@ -1594,7 +1554,7 @@ class AnthropicJudge(LLMJudge):
         return reply
 
     @staticmethod
-    def _strict_tool_input(body: str, index: int, fallback: Any) -> Any:
+    def _strict_tool_input(body: str, index: int, fallback: object) -> object:
         """The tool input re-parsed strictly from the raw body (NaN, duplicate keys kept)."""
         try:
             doc = _DECODER.decode(body)
@@ -1602,8 +1562,10 @@ class AnthropicJudge(LLMJudge):
         except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             return fallback
 
-    def _reask_turns(self, reply: _Reply, problem: _Problem, n: int) -> list[dict[str, Any]]:
-        turns = super()._reask_turns(reply, problem, n)
+    def _reask_with(
+        self, reply: _Reply, problem: _Problem, ask: str, tool_name: str
+    ) -> list[dict[str, Any]]:
+        turns = super()._reask_with(reply, problem, ask, tool_name)
         if not reply.has_tool or reply.tool_id is None:
             return turns
         tool_input = _plain(reply.tool_input)
@@ -1616,7 +1578,7 @@ class AnthropicJudge(LLMJudge):
                     {
                         "type": "tool_use",
                         "id": reply.tool_id,
-                        "name": TOOL_NAME,
+                        "name": tool_name,
                         "input": tool_input,
                     }
                 ],
@@ -1632,7 +1594,7 @@ class AnthropicJudge(LLMJudge):
                     },
                     {
                         "type": "text",
-                        "text": str(turns[1]["content"]) + f" Call {TOOL_NAME} again.",
+                        "text": str(turns[1]["content"]) + f" Call {tool_name} again.",
                     },
                 ],
             },

@@ -34,11 +34,15 @@ and must be closed with ``await subject.aclose()`` (or ``async with subject:``).
 The model's own temperature is left alone (the subject is what is being measured, not
 the judge); ``meta["temperature"]`` is ``None`` to record that none was sent.
 
-Errors: a missing key, or HTTP 401/403/404 from the provider, raise
-:class:`SubjectConfigError` naming the environment variable or the model; other
-failures, after the SDK's own retries, raise :class:`SubjectError` with a short
-description. The SDKs' error text is never passed on: it may echo the response body,
-and the body may echo the credential.
+Credentials, the client and the HTTP error ladder are the judges' too
+(:mod:`pytest_agenteval._providers`): a missing credential, or HTTP 401/402/403/404 from
+the provider, raise :class:`SubjectConfigError` naming the environment variable or the
+model (the run stops: every later call would fail the same way); other failures, after
+the SDK's own retries, raise :class:`SubjectError` saying what failed after how many
+attempts, and ``breaker_threshold`` consecutive 5xx, timeouts or refused connections
+make every later call fail at once. The SDKs' error text is never passed on (it may
+echo the response body, and the body may echo the credential): only, for a rejected
+request, the provider's ``error.message`` with credentials redacted.
 """
 
 from __future__ import annotations
@@ -53,12 +57,26 @@ import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ._checks import ToolCall
 from ._judges import ConfigError
+from ._providers import (
+    AnthropicConnection,
+    ClientT,
+    Connection,
+    OpenAIConnection,
+    ProviderError,
+    ProviderFailure,
+    Transport,
+    token_usage,
+)
 from ._redact import Redactor
 from ._subjects import Response, SubjectError
+
+if TYPE_CHECKING:
+    from ._providers import AsyncAnthropic, AsyncOpenAI, ChatCompletion, Message
 
 __all__ = [
     "SUBJECT_ENV_ALLOWED",
@@ -71,8 +89,8 @@ __all__ = [
     "subject_environment",
 ]
 
-#: The key sent to a local server (``base_url`` set) when no API key is configured.
-LOCAL_PLACEHOLDER_KEY = "agenteval-no-key"
+#: The option that sets a provider subject's base URL (named in configuration errors).
+BASE_URL_OPTION = "--subject-base-url"
 
 #: What a ``cmd:`` subject inherits without being told: enough to start a process, find
 #: programs, a home, a temporary directory and the locale (and, on Windows, the system
@@ -107,8 +125,13 @@ SUBJECT_ENV_ALLOWED = (
     "LOCALAPPDATA",
 )
 
+#: JSON a scenario gives a subject (a tool, an earlier turn, the scenario): its values
+#: are looked at, never assumed.
+_Json = Mapping[str, object]
+#: A scenario's tools, or its earlier turns.
+_Items = Sequence[_Json] | None
+
 _STDERR_TAIL = 500
-_SAFE_CODE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _SECRET_ASSIGNMENT = re.compile(
     r"(?P<name>(?:[A-Za-z_][A-Za-z0-9_\-]*)?(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH)"
     r"[A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|\S+)",
@@ -134,10 +157,10 @@ class Subject(ABC):
         self,
         prompt: str,
         *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: _Items = None,
+        messages: _Items = None,
         system: str | None = None,
-        scenario: Mapping[str, Any] | None = None,
+        scenario: _Json | None = None,
     ) -> Response: ...
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
@@ -161,14 +184,17 @@ def make_subject(
     max_retries: int = 2,
     max_tokens: int = 1024,
     pass_env: Sequence[str] = (),
+    retry_after_cap_s: float = 30.0,
+    breaker_threshold: int = 5,
 ) -> Subject | None:
     """The subject for ``openai:MODEL``, ``anthropic:MODEL`` or ``cmd:COMMAND``; else None.
 
     *base_url* applies to the providers; *timeout_s* is per HTTP attempt for them and the
-    whole run for a command; *max_retries* is the SDK's retry budget; *max_tokens* caps
-    the answer; *pass_env* names the variables a command gets beyond the allow-list.
-    Raises :class:`SubjectConfigError` when a key is missing or the spec has no
-    model/command.
+    whole run for a command; *max_retries* is the SDK's retry budget, *retry_after_cap_s*
+    the longest ``Retry-After`` it is let wait and *breaker_threshold* the consecutive
+    provider failures that open the circuit; *max_tokens* caps the answer; *pass_env*
+    names the variables a command gets beyond the allow-list. Raises
+    :class:`SubjectConfigError` when a key is missing or the spec has no model/command.
     """
     kind, sep, rest = spec.partition(":")
     kind = kind.strip()
@@ -186,20 +212,17 @@ def make_subject(
         raise SubjectConfigError(f"subject {spec.strip()!r}: expected {kind}:{what}")
     if kind == "cmd":
         return CommandSubject(target, timeout_s=timeout_s, pass_env=pass_env)
-    cls: type[_ProviderSubject] = OpenAISubject if kind == "openai" else AnthropicSubject
-    return cls(
-        target,
-        base_url=base_url,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        max_tokens=max_tokens,
+    cls: type[OpenAISubject | AnthropicSubject] = (
+        OpenAISubject if kind == "openai" else AnthropicSubject
     )
+    transport = Transport(timeout_s, max_retries, retry_after_cap_s, breaker_threshold)
+    return cls(target, transport, base_url=base_url, max_tokens=max_tokens)
 
 
 # --------------------------------------------------------------------------- shared helpers
 
 
-def _turns(prompt: str, messages: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+def _turns(prompt: str, messages: _Items) -> list[_Json]:
     """The scenario's earlier turns: *messages* minus its last element (the prompt itself)."""
     turns = list(messages or ())
     if turns and turns[-1].get("role") == "user":
@@ -207,16 +230,16 @@ def _turns(prompt: str, messages: Sequence[Mapping[str, Any]] | None) -> list[Ma
     return turns
 
 
-def _turn_arguments(turn: Mapping[str, Any]) -> dict[str, Any]:
+def _turn_arguments(turn: _Json) -> dict[str, Any]:
     args = turn.get("arguments")
     return dict(args) if isinstance(args, Mapping) else {}
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _function_of(tool: Mapping[str, Any]) -> dict[str, Any] | None:
+def _function_of(tool: _Json) -> dict[str, Any] | None:
     """``{name, description?, parameters?}`` of a tool in OpenAI, bare or Anthropic shape."""
     fn = tool.get("function")
     if isinstance(fn, Mapping) and fn.get("name"):
@@ -229,176 +252,231 @@ def _function_of(tool: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _parse_arguments(raw: Any) -> dict[str, Any]:
+def _parse_arguments(raw: object) -> dict[str, Any]:
     """Tool-call arguments as a dict; text that is not a JSON object is kept as ``_raw``."""
     if isinstance(raw, Mapping):
         return dict(raw)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     try:
-        value = json.loads(raw)
+        value = json.loads(raw)  # type: ignore[arg-type]  # str or bytes; else TypeError
     except (TypeError, ValueError):
         return {"_raw": raw}
     return value if isinstance(value, dict) else {"_raw": raw}
 
 
+@dataclass(frozen=True)
+class _ToolText:
+    text: str
+    is_error: bool = False
+
+
+async def _run_tool(call_tool: Any, name: str, arguments: dict[str, Any]) -> Any:
+    """One tool call of the loop: the result's ``text`` and ``is_error``.
+
+    A :class:`~pytest_agenteval._mcp.ToolCaller` says whether the server flagged an
+    error (``call``); a plain ``call_tool(name, arguments) -> str`` does not.
+    """
+    detailed = getattr(call_tool, "call", None)
+    if callable(detailed):
+        return await detailed(name, arguments)
+    return _ToolText(str(await call_tool(name, arguments)))
+
+
 # --------------------------------------------------------------------------- providers
 
+ReplyT = TypeVar("ReplyT")
 
-class _ProviderSubject(Subject):
-    provider: str
-    key_env: str
-    base_env: str
+
+@dataclass(frozen=True)
+class _Answer:
+    """What a provider's reply says, before it becomes a :class:`Response`."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: object
+    model: str | None
+    finish: str | None
+    refusal: bool = False
+
+
+class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
+    """``openai:``/``anthropic:``: one request, one reply; the provider plumbing is the
+    judges' (:class:`~pytest_agenteval._providers.Connection`)."""
+
+    connection_class: ClassVar[type[Connection[Any]]]
 
     def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None,
-        timeout_s: float,
-        max_retries: int,
-        max_tokens: int,
+        self, model: str, transport: Transport, *, base_url: str | None, max_tokens: int
     ) -> None:
         self.model = model
         self.name = f"{self.provider}:{model}"
-        self.base_url = base_url or os.environ.get(self.base_env) or None
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
         self.max_tokens = max_tokens
-        self._credentials = self._resolve_credentials()
-        self._client: Any = None
+        try:
+            self.conn: Connection[ClientT] = self.connection_class(
+                model, transport, base_url=base_url, base_url_option=BASE_URL_OPTION
+            )
+        except ProviderError as err:
+            raise self._error(err.failure) from None
 
-    # -- configuration
+    @property
+    def provider(self) -> str:
+        return self.connection_class.provider.name
 
-    def _resolve_credentials(self) -> dict[str, Any]:
-        key = os.environ.get(self.key_env)
-        if key:
-            return {"api_key": key}
-        if self.base_url:
-            return {"api_key": LOCAL_PLACEHOLDER_KEY}
-        raise SubjectConfigError(
-            f"subject {self.name}: no API key; set {self.key_env} "
-            f"(or {self.base_env} / a base URL for a local server)"
-        )
-
-    @abstractmethod
-    def _new_client(self) -> Any: ...
-
-    def _get_client(self) -> Any:
-        if self._client is None:
-            self._client = self._new_client()
-        return self._client
+    def _error(self, failure: ProviderFailure) -> SubjectError:
+        cls = SubjectConfigError if failure.config else SubjectError
+        return cls(f"subject {self.name}: {failure.text}")
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
-
-    # -- errors
-
-    @abstractmethod
-    def _error_classes(self) -> tuple[type[BaseException], ...]:
-        """(APIStatusError, APITimeoutError, APIConnectionError, base error) of the SDK."""
-
-    def _translate(self, exc: BaseException) -> SubjectError:
-        status_cls, timeout_cls, conn_cls, _base = self._error_classes()
-        label = f"subject {self.name}"
-        if isinstance(exc, status_cls):
-            status = int(getattr(exc, "status_code", 0) or 0)
-            if status == 401:
-                return SubjectConfigError(
-                    f"{label}: authentication failed (HTTP 401); check {self.key_env}"
-                )
-            if status == 403:
-                return SubjectConfigError(
-                    f"{label}: permission denied (HTTP 403) for model {self.model!r}; "
-                    f"check {self.key_env} and the model's access"
-                )
-            if status == 404:
-                return SubjectConfigError(
-                    f"{label}: model {self.model!r} not found (HTTP 404); "
-                    "check the model name and the base URL"
-                )
-            if status == 429:
-                return SubjectError(f"{label}: rate limited after retries")
-            if status >= 500:
-                return SubjectError(f"{label}: server error {status}")
-            code = self._error_code(exc)
-            return SubjectError(
-                f"{label}: request rejected (HTTP {status}{', ' + code if code else ''})"
-            )
-        if isinstance(exc, timeout_cls):
-            return SubjectError(f"{label}: timed out")
-        if isinstance(exc, conn_cls):
-            return SubjectError(f"{label}: connection failed")
-        return SubjectError(f"{label}: API error ({type(exc).__name__})")
+        await self.conn.aclose()
 
     @staticmethod
-    def _error_code(exc: BaseException) -> str | None:
-        """A short machine-readable error code/type, if it looks like one (never free text)."""
-        for attr in ("code", "error_code", "type"):
-            value = getattr(exc, attr, None)
-            if isinstance(value, str) and _SAFE_CODE.fullmatch(value):
-                return value
-        return None
-
-    async def _create(self, request: dict[str, Any]) -> Any:
-        client = self._get_client()
-        base = self._error_classes()[3]
-        try:
-            return await self._send(client, request)
-        except base as exc:
-            raise self._translate(exc) from None
+    @abstractmethod
+    def build_tools(tools: _Items) -> list[dict[str, Any]]:
+        """The scenario's tools in the provider's shape."""
 
     @abstractmethod
-    async def _send(self, client: Any, request: dict[str, Any]) -> Any: ...
+    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> dict[str, Any]:
+        """The request's fields that carry the conversation and the answer's length."""
 
-    def _meta(self, model: Any, finish: Any, latency: float) -> dict[str, Any]:
-        return {
+    def _request(
+        self,
+        prompt: str,
+        tools: _Items,
+        turns: _Items,
+        system: str | None,
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.model, **self._conversation(prompt, turns, system)}
+        api_tools = self.build_tools(tools)
+        if api_tools:
+            request["tools"] = api_tools
+        return request
+
+    @abstractmethod
+    async def _send(self, client: ClientT, request: dict[str, Any]) -> ReplyT: ...
+
+    @abstractmethod
+    def _answer(self, reply: ReplyT) -> _Answer: ...
+
+    async def __call__(
+        self,
+        prompt: str,
+        *,
+        tools: _Items = None,
+        messages: _Items = None,
+        system: str | None = None,
+        scenario: _Json | None = None,
+        call_tool: Any = None,
+    ) -> Response:
+        request = self._request(prompt, tools, messages, system)
+        if call_tool is not None and getattr(call_tool, "names", None):
+            return await self._tool_loop(request, call_tool)
+        reply, latency = await self._ask(request)
+        answer = self._answer(reply)
+        return Response(
+            text=answer.text,
+            tool_calls=answer.tool_calls,
+            usage=self._usage(answer),
+            meta=self._meta(answer, latency),
+        )
+
+    async def _ask(self, request: dict[str, Any]) -> tuple[ReplyT, float]:
+        """One request to the provider: its reply and how long it took."""
+        start = time.perf_counter()
+        try:
+            reply = await self.conn.call(lambda client: self._send(client, request))
+        except ProviderError as err:
+            raise self._error(err.failure) from None
+        return reply, time.perf_counter() - start
+
+    def _usage(self, answer: _Answer) -> dict[str, int]:
+        if answer.usage is None:
+            return {}
+        prompt_tokens, completion_tokens = token_usage(self.conn.provider, answer.usage)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+
+    def _meta(self, answer: _Answer, latency: float) -> dict[str, Any]:
+        meta: dict[str, Any] = {
             "provider": self.provider,
             "model": self.model,
-            "model_returned": model,
-            "finish_reason": finish,
+            "model_returned": answer.model,
+            "finish_reason": answer.finish,
             "latency_s": round(latency, 6),
             "temperature": None,  # not sent: the model's default
             "max_tokens": self.max_tokens,
         }
+        if answer.refusal:
+            meta["refusal"] = True
+        return meta
+
+    # -- the tool loop (a condition's MCP servers)
+
+    @abstractmethod
+    def _tool_uses(self, reply: ReplyT) -> list[tuple[str, str, dict[str, Any]]]:
+        """The (id, name, arguments) of each tool call in *reply*, in order."""
+
+    @abstractmethod
+    def _continue(
+        self, request: dict[str, Any], reply: ReplyT, results: Sequence[tuple[str, Any]]
+    ) -> None:
+        """Append *reply*'s turn and the tools' results (id, result) to *request*'s messages."""
+
+    async def _tool_loop(self, request: dict[str, Any], call_tool: Any) -> Response:
+        """Ask, run the tools the model calls through *call_tool*, ask again: at most
+        ``call_tool.max_steps`` model calls.
+
+        The loop ends when the model answers without a tool call (``answer``), when it
+        calls a tool that *call_tool* does not serve — a scenario's own declared tool,
+        whose call is graded as it is (``unserved_tool``) — or when it still calls tools
+        after the last allowed model call (``step_limit``: those calls are not run, the
+        item is graded on what the model said). Every call of every step is in
+        ``tool_calls``; usage and latency add up over the steps; ``meta["tool_loop"]``
+        says how it ended.
+        """
+        max_steps = max(1, int(getattr(call_tool, "max_steps", 8) or 8))
+        served = frozenset(call_tool.names)
+        request = {**request, "messages": list(request["messages"])}
+        calls: list[ToolCall] = []
+        tokens = [0, 0]
+        latency = 0.0
+        steps = 0
+        while True:
+            steps += 1
+            reply, took = await self._ask(request)
+            latency += took
+            answer = self._answer(reply)
+            calls += answer.tool_calls
+            for i, n in enumerate(self._usage(answer).values()):
+                tokens[i] += n
+            pending = self._tool_uses(reply)
+            if not pending:
+                stopped = "answer"
+                break
+            if any(name not in served for _, name, _ in pending):
+                stopped = "unserved_tool"
+                break
+            if steps >= max_steps:
+                stopped = "step_limit"
+                break
+            if hasattr(call_tool, "step"):
+                call_tool.step = steps
+            results = [
+                (call_id, await _run_tool(call_tool, name, args)) for call_id, name, args in pending
+            ]
+            self._continue(request, reply, results)
+        meta = self._meta(answer, latency)
+        meta["tool_loop"] = {"steps": steps, "max_steps": max_steps, "stopped": stopped}
+        usage = {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}
+        return Response(text=answer.text, tool_calls=tuple(calls), usage=usage, meta=meta)
 
 
-class OpenAISubject(_ProviderSubject):
+class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
     """``openai:MODEL`` — OpenAI Chat Completions (or a compatible server)."""
 
-    provider = "openai"
-    key_env = "OPENAI_API_KEY"
-    base_env = "OPENAI_BASE_URL"
-
-    def _new_client(self) -> Any:
-        import openai
-
-        return openai.AsyncOpenAI(
-            **self._credentials,
-            base_url=self.base_url,
-            timeout=self.timeout_s,
-            max_retries=self.max_retries,
-        )
-
-    def _error_classes(self) -> tuple[type[BaseException], ...]:
-        import openai
-
-        return (
-            openai.APIStatusError,
-            openai.APITimeoutError,
-            openai.APIConnectionError,
-            openai.OpenAIError,
-        )
-
-    async def _send(self, client: Any, request: dict[str, Any]) -> Any:
-        return await client.chat.completions.create(**request)
+    connection_class = OpenAIConnection
 
     @staticmethod
-    def build_messages(
-        prompt: str, messages: Sequence[Mapping[str, Any]] | None, system: str | None
-    ) -> list[dict[str, Any]]:
+    def build_messages(prompt: str, messages: _Items, system: str | None) -> list[dict[str, Any]]:
         """System, the earlier turns (a tool turn = assistant ``tool_calls`` + ``tool``), prompt."""
         out: list[dict[str, Any]] = []
         if system:
@@ -434,7 +512,7 @@ class OpenAISubject(_ProviderSubject):
         return out
 
     @staticmethod
-    def build_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    def build_tools(tools: _Items) -> list[dict[str, Any]]:
         out = []
         for tool in tools or ():
             if "type" in tool:
@@ -446,29 +524,19 @@ class OpenAISubject(_ProviderSubject):
                 out.append({"type": "function", "function": fn})
         return out
 
-    async def __call__(
-        self,
-        prompt: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        system: str | None = None,
-        scenario: Mapping[str, Any] | None = None,
-    ) -> Response:
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": self.build_messages(prompt, messages, system),
+    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> dict[str, Any]:
+        return {
+            "messages": self.build_messages(prompt, turns, system),
             "max_completion_tokens": self.max_tokens,
         }
-        api_tools = self.build_tools(tools)
-        if api_tools:
-            request["tools"] = api_tools
-        start = time.perf_counter()
-        completion = await self._create(request)
-        latency = time.perf_counter() - start
-        if not completion.choices:
+
+    async def _send(self, client: AsyncOpenAI, request: dict[str, Any]) -> ChatCompletion:
+        return await client.chat.completions.create(**request)
+
+    def _answer(self, reply: ChatCompletion) -> _Answer:
+        if not reply.choices:
             raise SubjectError(f"subject {self.name}: the API returned no choices")
-        choice = completion.choices[0]
+        choice = reply.choices[0]
         message = choice.message
         calls: list[ToolCall] = []
         for call in message.tool_calls or ():
@@ -482,66 +550,60 @@ class OpenAISubject(_ProviderSubject):
         if not calls and message.function_call is not None:  # legacy functions API
             fc = message.function_call
             calls.append(ToolCall(str(fc.name), _parse_arguments(fc.arguments)))
-        usage = completion.usage
-        meta = self._meta(completion.model, choice.finish_reason, latency)
         text = message.content or ""
         if message.refusal:
-            meta["refusal"] = True
             text = text or message.refusal
-        return Response(
-            text=text,
-            tool_calls=tuple(calls),
-            usage=(
-                {
-                    "prompt_tokens": int(usage.prompt_tokens or 0),
-                    "completion_tokens": int(usage.completion_tokens or 0),
-                }
-                if usage is not None
-                else {}
-            ),
-            meta=meta,
+        return _Answer(
+            text,
+            tuple(calls),
+            reply.usage,
+            reply.model,
+            choice.finish_reason,
+            refusal=bool(message.refusal),
         )
 
+    def _tool_uses(self, reply: ChatCompletion) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        for call in reply.choices[0].message.tool_calls or ():
+            fn = getattr(call, "function", None)
+            if fn is not None:
+                out.append((call.id, str(fn.name), _parse_arguments(fn.arguments)))
+            else:  # a custom tool: never an MCP server's, so it ends the loop
+                custom = getattr(call, "custom", None)
+                out.append((call.id, str(getattr(custom, "name", "custom")), {}))
+        return out
 
-class AnthropicSubject(_ProviderSubject):
+    def _continue(
+        self, request: dict[str, Any], reply: ChatCompletion, results: Sequence[tuple[str, Any]]
+    ) -> None:
+        message = reply.choices[0].message
+        sent = []
+        for call in message.tool_calls or ():
+            fn: Any = getattr(call, "function", None)
+            if fn is not None:
+                sent.append(
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": fn.name, "arguments": fn.arguments},
+                    }
+                )
+        request["messages"].append(
+            {"role": "assistant", "content": message.content, "tool_calls": sent}
+        )
+        for call_id, result in results:
+            request["messages"].append(
+                {"role": "tool", "tool_call_id": call_id, "content": result.text}
+            )
+
+
+class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
     """``anthropic:MODEL`` — the Anthropic Messages API."""
 
-    provider = "anthropic"
-    key_env = "ANTHROPIC_API_KEY"
-    base_env = "ANTHROPIC_BASE_URL"
-
-    def _resolve_credentials(self) -> dict[str, Any]:
-        if not os.environ.get(self.key_env) and os.environ.get("ANTHROPIC_AUTH_TOKEN"):
-            return {"auth_token": os.environ["ANTHROPIC_AUTH_TOKEN"]}
-        return super()._resolve_credentials()
-
-    def _new_client(self) -> Any:
-        import anthropic
-
-        return anthropic.AsyncAnthropic(
-            **self._credentials,
-            base_url=self.base_url,
-            timeout=self.timeout_s,
-            max_retries=self.max_retries,
-        )
-
-    def _error_classes(self) -> tuple[type[BaseException], ...]:
-        import anthropic
-
-        return (
-            anthropic.APIStatusError,
-            anthropic.APITimeoutError,
-            anthropic.APIConnectionError,
-            anthropic.AnthropicError,
-        )
-
-    async def _send(self, client: Any, request: dict[str, Any]) -> Any:
-        return await client.messages.create(**request)
+    connection_class = AnthropicConnection
 
     @staticmethod
-    def build_messages(
-        prompt: str, messages: Sequence[Mapping[str, Any]] | None
-    ) -> list[dict[str, Any]]:
+    def build_messages(prompt: str, messages: _Items) -> list[dict[str, Any]]:
         """Earlier turns then the prompt, as content blocks; a tool turn = assistant
         ``tool_use`` + user ``tool_result``. Same-role neighbours are merged into one
         message (so a tool_result is always first in its user message) and empty text
@@ -580,7 +642,7 @@ class AnthropicSubject(_ProviderSubject):
         return out
 
     @staticmethod
-    def build_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    def build_tools(tools: _Items) -> list[dict[str, Any]]:
         """OpenAI-shaped tools as Anthropic ``{name, description, input_schema}``."""
         out = []
         for tool in tools or ():
@@ -599,52 +661,62 @@ class AnthropicSubject(_ProviderSubject):
             out.append(converted)
         return out
 
-    async def __call__(
-        self,
-        prompt: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        system: str | None = None,
-        scenario: Mapping[str, Any] | None = None,
-    ) -> Response:
-        request: dict[str, Any] = {
-            "model": self.model,
+    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> dict[str, Any]:
+        fields: dict[str, Any] = {
             "max_tokens": self.max_tokens,
-            "messages": self.build_messages(prompt, messages),
+            "messages": self.build_messages(prompt, turns),
         }
         if system:
-            request["system"] = system
-        api_tools = self.build_tools(tools)
-        if api_tools:
-            request["tools"] = api_tools
-        start = time.perf_counter()
-        message = await self._create(request)
-        latency = time.perf_counter() - start
+            fields["system"] = system
+        return fields
+
+    async def _send(self, client: AsyncAnthropic, request: dict[str, Any]) -> Message:
+        return await client.messages.create(**request)
+
+    def _answer(self, reply: Message) -> _Answer:
         texts: list[str] = []
         calls: list[ToolCall] = []
-        for block in message.content or ():
-            kind = getattr(block, "type", None)
-            if kind == "text":
+        for block in reply.content or ():
+            if block.type == "text":
                 texts.append(block.text)
-            elif kind == "tool_use":
+            elif block.type == "tool_use":
                 calls.append(ToolCall(str(block.name), _parse_arguments(block.input)))
-        usage = message.usage
-        meta = self._meta(message.model, message.stop_reason, latency)
-        if message.stop_reason == "refusal":
-            meta["refusal"] = True
-        return Response(
-            text="".join(texts),
-            tool_calls=tuple(calls),
-            usage=(
-                {
-                    "prompt_tokens": int(usage.input_tokens or 0),
-                    "completion_tokens": int(usage.output_tokens or 0),
-                }
-                if usage is not None
-                else {}
-            ),
-            meta=meta,
+        stop = reply.stop_reason
+        return _Answer(
+            "".join(texts), tuple(calls), reply.usage, reply.model, stop, stop == "refusal"
+        )
+
+    def _tool_uses(self, reply: Message) -> list[tuple[str, str, dict[str, Any]]]:
+        return [
+            (block.id, str(block.name), _parse_arguments(block.input))
+            for block in reply.content or ()
+            if block.type == "tool_use"
+        ]
+
+    def _continue(
+        self, request: dict[str, Any], reply: Message, results: Sequence[tuple[str, Any]]
+    ) -> None:
+        blocks: list[dict[str, Any]] = []
+        for block in reply.content or ():
+            if block.type == "text":
+                if block.text:  # the API refuses empty text blocks
+                    blocks.append({"type": "text", "text": block.text})
+            elif block.type == "tool_use":
+                blocks.append(
+                    {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+                )
+            else:  # thinking and the like go back as they came
+                blocks.append(block.model_dump(mode="json", exclude_none=True))
+        request["messages"].append({"role": "assistant", "content": blocks})
+        request["messages"].append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call_id, "content": result.text}
+                    | ({"is_error": True} if result.is_error else {})
+                    for call_id, result in results
+                ],
+            }
         )
 
 
@@ -714,9 +786,7 @@ class CommandSubject(Subject):
         # the name becomes the run directory's and is printed: no secret value in it
         self.name = "cmd:" + Redactor.from_environ().text(_redact_command(command))
 
-    def environment(
-        self, tools: Sequence[Mapping[str, Any]] | None, scenario: Mapping[str, Any] | None
-    ) -> dict[str, str]:
+    def environment(self, tools: _Items, scenario: _Json | None) -> dict[str, str]:
         env = subject_environment(os.environ, self.pass_env)
         env.setdefault("PYTHONIOENCODING", "utf-8")
         for var in ("AGENTEVAL_SCENARIO_ID", "AGENTEVAL_TOOLS"):
@@ -732,10 +802,10 @@ class CommandSubject(Subject):
         self,
         prompt: str,
         *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: _Items = None,
+        messages: _Items = None,
         system: str | None = None,
-        scenario: Mapping[str, Any] | None = None,
+        scenario: _Json | None = None,
     ) -> Response:
         start = time.perf_counter()
         proc = await asyncio.create_subprocess_shell(

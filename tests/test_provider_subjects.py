@@ -359,17 +359,23 @@ def test_503_is_subject_error(fake_llm: FakeLLMServer, provider: str) -> None:
     with pytest.raises(SubjectError) as info:
         run(ask(subject_for(fake_llm, provider, max_retries=0)))
     assert not isinstance(info.value, SubjectConfigError)
-    assert str(info.value) == f"subject {provider}:model-x: server error 503"
+    assert str(info.value) == f"subject {provider}:model-x: server error 503 after 1 attempts"
     assert fake_llm.count() == 1
 
 
 def test_rate_limit_after_retries_and_timeout(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.rate_limited(0.01), Reply.rate_limited(0.01))
-    with pytest.raises(SubjectError, match=r"^subject openai:model-x: rate limited after retries$"):
+    with pytest.raises(
+        SubjectError, match=r"^subject openai:model-x: rate limited after 2 attempts$"
+    ):
         run(ask(subject_for(fake_llm, "openai", max_retries=1)))
     assert fake_llm.count() == 2
     fake_llm.enqueue(Reply.hang(2.0))
-    with pytest.raises(SubjectError, match=r"^subject anthropic:model-x: timed out$"):
+    with pytest.raises(
+        SubjectError,
+        match=r"^subject anthropic:model-x: request timed out \(SDK timeout 0\.2s\) "
+        r"after 1 attempts$",
+    ):
         run(ask(subject_for(fake_llm, "anthropic", timeout_s=0.2)))
 
 

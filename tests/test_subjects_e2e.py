@@ -49,13 +49,15 @@ def test_anthropic_subject(demo: pytest.Pytester, fake_llm: FakeLLMServer) -> No
     assert fake_llm.count("anthropic") == 3
 
 
-def test_subject_401_stops_the_run_naming_the_variable(
-    demo: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("status", [401, 402])
+def test_subject_401_or_402_stops_the_run_naming_the_variable(
+    demo: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, status: int
 ) -> None:
+    # 402 as for a judge: the account cannot pay, so every later call would fail too
     demo.makeconftest("")
     canary = "sk-canary-subject-0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", canary)
-    fake_llm.set_handler(Reply.error(401, f"Incorrect API key provided: {canary}"))
+    fake_llm.set_handler(Reply.error(status, f"Incorrect API key provided: {canary}"))
     result = demo.runpytest(
         "--bench=demo",
         "--subject=openai:gpt-4o-mini",
@@ -64,6 +66,7 @@ def test_subject_401_stops_the_run_naming_the_variable(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     out = result.stdout.str() + result.stderr.str()
     assert "OPENAI_API_KEY" in out and canary not in out
+    assert f"({status}); check" in out
     assert fake_llm.count() <= 3  # stopped, not retried per item
 
 
