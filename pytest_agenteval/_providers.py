@@ -97,7 +97,6 @@ from ._redact import Redactor, endpoint
 from ._vocab import AgentevalError
 
 if TYPE_CHECKING:  # the SDKs' types, for the judges and subjects to annotate with
-    import httpx2
     from anthropic import AsyncAnthropic as AsyncAnthropic
     from anthropic.types import Message as Message
     from openai import AsyncOpenAI as AsyncOpenAI
@@ -286,13 +285,23 @@ def cap_retry_after(headers: MutableMapping[str, str], cap: float) -> bool:
     return changed
 
 
+class _HttpResponse(Protocol):
+    """What the hooks read of the SDK's HTTP response (httpx's or its successor's)."""
+
+    @property
+    def headers(self) -> MutableMapping[str, str]: ...
+
+    @property
+    def status_code(self) -> int: ...
+
+
 def _event_hooks(cap: float) -> dict[str, list[Callable[..., Awaitable[None]]]]:
-    async def on_request(request: httpx2.Request) -> None:
+    async def on_request(request: object) -> None:
         traffic = _TRAFFIC.get()
         if traffic is not None:
             traffic.attempts += 1
 
-    async def on_response(response: httpx2.Response) -> None:
+    async def on_response(response: _HttpResponse) -> None:
         capped = cap_retry_after(response.headers, cap)
         traffic = _TRAFFIC.get()
         if traffic is not None:

@@ -22,6 +22,11 @@ received the request. When the queue is empty the *handler* answers (a :class:`R
 callable ``(RecordedRequest) -> Reply``); with neither, the server answers 500 "script exhausted"
 (with ``x-should-retry: false`` so the SDKs fail at once instead of retrying).
 
+Batch endpoints (:class:`FakeBatches`, ``server.batch``): OpenAI's ``POST /v1/files``, ``GET
+/v1/files/{id}[/content]``, ``POST /v1/batches``, ``GET /v1/batches/{id}``; Anthropic's ``POST
+/v1/messages/batches``, ``GET /v1/messages/batches/{id}[/results]``. A batch's lines are answered
+by the same script as live requests.
+
 Endpoints: ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic). Anything
 else gets a provider-shaped 404 (provider guessed from the ``anthropic-version`` header). Requests
 with ``"stream": true`` get a 400: SSE streaming is not emulated.
@@ -34,6 +39,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import socket
 import socketserver
 import sys
@@ -43,12 +49,14 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 import pytest
 
 __all__ = [
+    "FakeBatches",
     "FakeLLMServer",
     "Handler",
     "RecordedRequest",
@@ -286,6 +294,7 @@ class RecordedRequest:
     received_at: float  # time.monotonic()
     timestamp: float  # time.time()
     reply: Reply | None = None  # the Reply that answered it (None: 404/400/500 from the server)
+    batch_id: str | None = None  # a line of this batch (see FakeBatches), not an HTTP request
 
     @property
     def model(self) -> str | None:
@@ -587,6 +596,7 @@ class FakeLLMServer:
         self._requests: list[RecordedRequest] = []
         self._errors: list[str] = []
         self._stopping = threading.Event()
+        self.batch = FakeBatches(self)  # OpenAI's Batch API and Anthropic's Message Batches
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.enqueue(*replies)
@@ -773,6 +783,8 @@ class FakeLLMServer:
             self._requests.append(req)
             self._changed.notify_all()
 
+        if self.batch.route(h, req):
+            return
         if h.command != "POST" or not path.endswith((OPENAI_PATH, ANTHROPIC_PATH)):
             msg = f"fakellm: no route for {h.command} {path}"
             self._send(h, *self._server_error(provider, 404, msg))
@@ -838,6 +850,446 @@ class FakeLLMServer:
                 h.wfile.write(body[i : i + step])
         except OSError:  # client went away
             h.close_connection = True
+
+
+# --------------------------------------------------------------------------- batch endpoints
+
+BatchOutcome = Literal["completed", "expired", "failed"]
+_FILE_CONTENT = re.compile(r".*/v1/files/([^/]+)/content")
+_FILE = re.compile(r".*/v1/files/([^/]+)")
+_BATCH = re.compile(r".*/v1/batches/([^/]+)")
+_MSG_BATCH_RESULTS = re.compile(r"(.*)/v1/messages/batches/([^/]+)/results")
+_MSG_BATCH = re.compile(r".*/v1/messages/batches/([^/]+)")
+
+
+@dataclass(frozen=True)
+class _RawJSON:
+    """A ``Reply.raw`` body kept verbatim inside a batch's output line (duplicate keys,
+    NaN and all), as a provider's own bytes would be."""
+
+    text: str
+
+
+def _dumps(obj: Any) -> bytes:
+    """``json.dumps`` with each :class:`_RawJSON` value spliced in as its exact text."""
+    raws: list[str] = []
+
+    def default(value: Any) -> Any:
+        if isinstance(value, _RawJSON):
+            raws.append(value.text)
+            return f"\x00raw{len(raws) - 1}\x00"
+        raise TypeError(type(value).__name__)
+
+    text = json.dumps(obj, default=default)
+    for i, raw in enumerate(raws):
+        text = text.replace(json.dumps(f"\x00raw{i}\x00"), raw)
+    return text.encode()
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class _FakeBatch:
+    id: str
+    provider: Provider
+    lines: list[tuple[str, Any]]  # (custom_id, request body)
+    outcome: BatchOutcome
+    polls_left: int
+    polls: int
+    created_at: float
+    endpoint: str = OPENAI_PATH
+    input_file_id: str | None = None
+    metadata: Any = None
+    # (custom_id, status, body) of each line answered; lines not answered expired
+    answers: list[tuple[str, int, Any]] = field(default_factory=list)
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.polls_left <= 0
+
+
+class FakeBatches:
+    """OpenAI's Batch API (files and batches) and Anthropic's Message Batches, on the fake server.
+
+    A batch's lines are answered when it is created, each as if it were a live request to
+    ``/v1/chat/completions`` or ``/v1/messages``: from the reply queue, else the handler, so a
+    handler that scripts live calls scripts batches too (its :class:`RecordedRequest` carries
+    ``batch_id``). A non-2xx reply becomes a failed line (OpenAI's error file; Anthropic's
+    ``errored`` result). Each batch then reports itself in progress for ``polls`` retrievals
+    before it ends with ``outcome``:
+
+    - ``completed``: every line answered;
+    - ``expired``: the first half of the lines answered, the rest expired (OpenAI: in the error
+      file with ``batch_expired``; Anthropic: ``expired`` results);
+    - ``failed``: OpenAI's batch-level failure (no line answered, ``errors`` says why); on
+      Anthropic, every line ``errored``.
+    """
+
+    def __init__(self, server: FakeLLMServer) -> None:
+        self._server = server
+        self._lock = threading.Lock()
+        self.files: dict[str, dict[str, Any]] = {}
+        self.batches: dict[str, _FakeBatch] = {}
+        self._lines: list[RecordedRequest] = []
+        self.polls = 0
+        self.outcome: BatchOutcome = "completed"
+
+    def behave(self, *, polls: int = 0, outcome: BatchOutcome = "completed") -> FakeBatches:
+        """How the batches created from now on behave (see the class docstring)."""
+        with self._lock:
+            self.polls, self.outcome = polls, outcome
+        return self
+
+    @property
+    def lines(self) -> list[RecordedRequest]:
+        """Every batch line answered so far, as the request it stood for."""
+        with self._lock:
+            return list(self._lines)
+
+    @property
+    def created(self) -> list[str]:
+        """The ids of the batches created, in order."""
+        with self._lock:
+            return list(self.batches)
+
+    # ---- routing
+
+    def route(self, h: Any, req: RecordedRequest) -> bool:
+        """Answer *req* if it is a batch endpoint's; False for anything else."""
+        path, method = req.path, req.method
+        anthropic = "anthropic-version" in req.headers
+        if anthropic:
+            if method == "POST" and path.endswith("/v1/messages/batches"):
+                return self._reply(h, req, self._anthropic_create(req))
+            if method == "GET" and (m := _MSG_BATCH_RESULTS.fullmatch(path)):
+                return self._reply(h, req, self._anthropic_results(m.group(2)))
+            if method == "GET" and (m := _MSG_BATCH.fullmatch(path)):
+                return self._reply(h, req, self._anthropic_batch(m.group(1), req))
+            return False
+        if method == "POST" and path.endswith("/v1/files"):
+            return self._reply(h, req, self._upload(req))
+        if method == "GET" and (m := _FILE_CONTENT.fullmatch(path)):
+            return self._reply(h, req, self._content(m.group(1)))
+        if method == "GET" and (m := _FILE.fullmatch(path)):
+            return self._reply(h, req, self._file(m.group(1)))
+        if method == "POST" and path.endswith("/v1/batches"):
+            return self._reply(h, req, self._openai_create(req))
+        if method == "GET" and (m := _BATCH.fullmatch(path)):
+            return self._reply(h, req, self._openai_batch(m.group(1)))
+        return False
+
+    def _reply(self, h: Any, req: RecordedRequest, out: tuple[int, Any]) -> bool:
+        status, body = out
+        if isinstance(body, bytes):
+            data, ctype = body, "application/octet-stream"
+        elif status >= 400:
+            data, ctype = _body_bytes(_error_body(req.provider, status, str(body), None, None))
+        else:
+            data, ctype = _body_bytes(body)
+        self._server._send(h, status, {"content-type": ctype}, data)
+        return True
+
+    # ---- answering lines
+
+    def _answer(self, batch: _FakeBatch, custom_id: str, body: Any) -> tuple[int, Any]:
+        provider = batch.provider
+        req = RecordedRequest(
+            method="POST",
+            path=OPENAI_PATH if provider == "openai" else ANTHROPIC_PATH,
+            query="",
+            headers={},
+            body=body,
+            raw_body=json.dumps(body).encode(),
+            provider=provider,
+            received_at=time.monotonic(),
+            timestamp=time.time(),
+            batch_id=batch.id,
+        )
+        with self._lock:
+            self._lines.append(req)
+        reply = self._server._next_reply(req)
+        if isinstance(reply, str):
+            self._server._note_error(reply)
+            return 500, _error_body(provider, 500, reply, None, None)
+        req.reply = reply
+        if reply.kind == "drop":
+            return 500, _error_body(provider, 500, "fakellm: connection dropped", None, None)
+        status, _, out = _render(reply, req)
+        if reply.kind == "raw":
+            return status, _RawJSON(out.decode("utf-8", "replace"))
+        try:
+            return status, json.loads(out)
+        except ValueError:
+            return status, out.decode("utf-8", "replace")
+
+    def _answer_all(self, batch: _FakeBatch) -> None:
+        if batch.outcome == "failed" and batch.provider == "openai":
+            return  # the batch failed as a whole: no line was run
+        lines = batch.lines
+        if batch.outcome == "expired":
+            lines = lines[: len(lines) // 2]
+        for custom_id, body in lines:
+            status, out = self._answer(batch, custom_id, body)
+            if batch.outcome == "failed":  # Anthropic: every line errored
+                status, out = 500, _error_body("anthropic", 500, "fakellm: failed", None, None)
+            batch.answers.append((custom_id, status, out))
+
+    # ---- OpenAI: files
+
+    def _upload(self, req: RecordedRequest) -> tuple[int, Any]:
+        from email import policy
+        from email.parser import BytesParser
+
+        ctype = req.headers.get("content-type", "")
+        msg = BytesParser(policy=policy.HTTP).parsebytes(
+            b"Content-Type: " + ctype.encode("latin-1") + b"\r\n\r\n" + req.raw_body
+        )
+        fields: dict[str, tuple[str | None, bytes]] = {}
+        for part in msg.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            payload = part.get_payload(decode=True)
+            fields[str(name)] = (
+                part.get_filename(),
+                payload if isinstance(payload, bytes) else b"",
+            )
+        if "file" not in fields or "purpose" not in fields:
+            return 400, "fakellm: a file upload needs the fields file and purpose"
+        filename, content = fields["file"]
+        return 200, self._store(content, filename or "upload", fields["purpose"][1].decode())
+
+    def _store(self, content: bytes, filename: str, purpose: str) -> dict[str, Any]:
+        fid = f"file-{uuid.uuid4().hex[:24]}"
+        obj = {
+            "id": fid,
+            "object": "file",
+            "bytes": len(content),
+            "created_at": int(time.time()),
+            "filename": filename,
+            "purpose": purpose,
+            "status": "processed",
+        }
+        with self._lock:
+            self.files[fid] = {**obj, "content": content}
+        return obj
+
+    def _file(self, fid: str) -> tuple[int, Any]:
+        with self._lock:
+            found = self.files.get(fid)
+        if found is None:
+            return 404, f"fakellm: no file {fid}"
+        return 200, {k: v for k, v in found.items() if k != "content"}
+
+    def _content(self, fid: str) -> tuple[int, Any]:
+        with self._lock:
+            found = self.files.get(fid)
+        if found is None:
+            return 404, f"fakellm: no file {fid}"
+        return 200, bytes(found["content"])
+
+    # ---- OpenAI: batches
+
+    def _openai_create(self, req: RecordedRequest) -> tuple[int, Any]:
+        body = req.body if isinstance(req.body, dict) else {}
+        with self._lock:
+            found = self.files.get(str(body.get("input_file_id")))
+        if found is None:
+            return 400, f"fakellm: no input file {body.get('input_file_id')!r}"
+        lines = []
+        for n, raw in enumerate(found["content"].splitlines(), 1):
+            if not raw.strip():
+                continue
+            entry = json.loads(raw)
+            if entry.get("url") != body.get("endpoint") or entry.get("method") != "POST":
+                return 400, f"fakellm: input line {n} is not a POST to {body.get('endpoint')}"
+            lines.append((str(entry["custom_id"]), entry["body"]))
+        if len({cid for cid, _ in lines}) != len(lines):
+            return 400, "fakellm: duplicate custom_id in the input file"
+        batch = self._new(
+            "openai", lines, endpoint=str(body.get("endpoint")), metadata=body.get("metadata")
+        )
+        batch.input_file_id = found["id"]
+        self._answer_all(batch)
+        ok = [a for a in batch.answers if 200 <= a[1] < 300]
+        bad = [a for a in batch.answers if not 200 <= a[1] < 300]
+        answered = {a[0] for a in batch.answers}
+
+        def line(cid: str, status: int | None, out: Any, error: Any = None) -> bytes:
+            response = None
+            if status is not None:
+                response = {"status_code": status, "request_id": f"req_{cid}", "body": out}
+            obj = {"id": f"batch_req_{uuid.uuid4().hex[:16]}", "custom_id": cid}
+            return _dumps({**obj, "response": response, "error": error}) + b"\n"
+
+        if ok:
+            data = b"".join(line(cid, st, out) for cid, st, out in ok)
+            batch.output_file_id = self._store(data, f"{batch.id}_output.jsonl", "batch_output")[
+                "id"
+            ]
+        expired = {
+            "code": "batch_expired",
+            "message": "This request could not be executed before the completion window expired.",
+        }
+        errors = [line(cid, st, out) for cid, st, out in bad]
+        if batch.outcome == "expired":
+            errors += [line(cid, None, None, expired) for cid, _ in lines if cid not in answered]
+        if errors:
+            batch.error_file_id = self._store(
+                b"".join(errors), f"{batch.id}_error.jsonl", "batch_output"
+            )["id"]
+        return 200, self._openai_view(batch)
+
+    def _new(self, provider: Provider, lines: list[tuple[str, Any]], **extra: Any) -> _FakeBatch:
+        prefix = "batch_" if provider == "openai" else "msgbatch_"
+        with self._lock:
+            batch = _FakeBatch(
+                id=f"{prefix}{uuid.uuid4().hex[:24]}",
+                provider=provider,
+                lines=lines,
+                outcome=self.outcome,
+                polls_left=self.polls,
+                polls=self.polls,
+                created_at=time.time(),
+                **extra,
+            )
+            self.batches[batch.id] = batch
+        return batch
+
+    def _openai_batch(self, bid: str) -> tuple[int, Any]:
+        with self._lock:
+            batch = self.batches.get(bid)
+            running = batch is not None and batch.polls_left > 0
+            if running and batch is not None:
+                batch.polls_left -= 1
+        if batch is None:
+            return 404, f"fakellm: no batch {bid}"
+        return 200, self._openai_view(batch, running=running)
+
+    def _openai_view(self, batch: _FakeBatch, *, running: bool = True) -> dict[str, Any]:
+        n = len(batch.lines)
+        ok = sum(1 for a in batch.answers if 200 <= a[1] < 300)
+        failed = n - ok if batch.outcome != "failed" else 0
+        status = {"completed": "completed", "expired": "expired", "failed": "failed"}[batch.outcome]
+        t = int(batch.created_at)
+        view: dict[str, Any] = {
+            "id": batch.id,
+            "object": "batch",
+            "endpoint": batch.endpoint,
+            "errors": None,
+            "input_file_id": batch.input_file_id,
+            "completion_window": "24h",
+            "status": status,
+            "output_file_id": batch.output_file_id,
+            "error_file_id": batch.error_file_id,
+            "created_at": t,
+            "in_progress_at": t,
+            "expires_at": t + 86400,
+            "completed_at": t + 1 if status == "completed" else None,
+            "failed_at": t + 1 if status == "failed" else None,
+            "expired_at": t + 86400 if status == "expired" else None,
+            "request_counts": {"total": n, "completed": ok, "failed": failed},
+            "metadata": batch.metadata,
+        }
+        if batch.outcome == "failed":
+            view["errors"] = {
+                "object": "list",
+                "data": [{"code": "invalid_request", "message": "fakellm: the batch failed"}],
+            }
+        if running:
+            done = n * (batch.polls - batch.polls_left) // max(1, batch.polls + 1)
+            view.update(
+                status="in_progress",
+                output_file_id=None,
+                error_file_id=None,
+                completed_at=None,
+                failed_at=None,
+                expired_at=None,
+                errors=None,
+                request_counts={"total": n, "completed": done, "failed": 0},
+            )
+        return view
+
+    # ---- Anthropic: message batches
+
+    def _anthropic_create(self, req: RecordedRequest) -> tuple[int, Any]:
+        body = req.body if isinstance(req.body, dict) else {}
+        requests = body.get("requests")
+        if not isinstance(requests, list) or not requests:
+            return 400, "fakellm: requests must be a non-empty list"
+        lines = [(str(r["custom_id"]), r["params"]) for r in requests]
+        if len({cid for cid, _ in lines}) != len(lines):
+            return 400, "fakellm: duplicate custom_id in the batch"
+        prefix = req.path[: -len("/v1/messages/batches")]
+        batch = self._new("anthropic", lines, endpoint=f"{prefix}/v1/messages/batches")
+        self._answer_all(batch)
+        return 200, self._anthropic_view(batch, req, running=True)
+
+    def _anthropic_batch(self, bid: str, req: RecordedRequest) -> tuple[int, Any]:
+        with self._lock:
+            batch = self.batches.get(bid)
+            running = batch is not None and batch.polls_left > 0
+            if running and batch is not None:
+                batch.polls_left -= 1
+        if batch is None:
+            return 404, f"fakellm: no batch {bid}"
+        return 200, self._anthropic_view(batch, req, running=running)
+
+    def _anthropic_view(
+        self, batch: _FakeBatch, req: RecordedRequest, *, running: bool
+    ) -> dict[str, Any]:
+        n = len(batch.lines)
+        ok = sum(1 for a in batch.answers if 200 <= a[1] < 300)
+        bad = len(batch.answers) - ok
+        expired = n - len(batch.answers)
+        host = req.headers.get("host", f"{LOOPBACK}:{self._server.port}")
+        view: dict[str, Any] = {
+            "id": batch.id,
+            "type": "message_batch",
+            "processing_status": "in_progress" if running else "ended",
+            "request_counts": {
+                "processing": n if running else 0,
+                "succeeded": 0 if running else ok,
+                "errored": 0 if running else bad,
+                "canceled": 0,
+                "expired": 0 if running else expired,
+            },
+            "created_at": _iso(batch.created_at),
+            "expires_at": _iso(batch.created_at + 86400),
+            "ended_at": None if running else _iso(time.time()),
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": None if running else f"http://{host}{batch.endpoint}/{batch.id}/results",
+        }
+        return view
+
+    def _anthropic_results(self, bid: str) -> tuple[int, Any]:
+        with self._lock:
+            batch = self.batches.get(bid)
+        if batch is None or batch.polls_left > 0:
+            return 404, f"fakellm: no results for {bid}"
+        out = []
+        answered = set()
+        for cid, status, body in batch.answers:
+            answered.add(cid)
+            if 200 <= status < 300:
+                result: dict[str, Any] = {"type": "succeeded", "message": body}
+            else:
+                error = (
+                    body
+                    if isinstance(body, dict)
+                    else _error_body("anthropic", status, str(body), None, None)
+                )
+                result = {"type": "errored", "error": error}
+            out.append({"custom_id": cid, "result": result})
+        out += [
+            {"custom_id": cid, "result": {"type": "expired"}}
+            for cid, _ in batch.lines
+            if cid not in answered
+        ]
+        return 200, b"".join(_dumps(o) + b"\n" for o in out)
 
 
 # --------------------------------------------------------------------------- pytest fixture

@@ -1,0 +1,1159 @@
+"""Batch judging (``--judge-batch``): calibration grades through the providers' batch APIs.
+
+A calibration run before a release is hundreds to thousands of grades whose
+answers are fixed (the golden entries), which is exactly what OpenAI's Batch
+API and Anthropic's Message Batches are for: half the price of the same calls
+made live, answered within 24 hours. pytest runs items one by one, so the
+grades are gathered first, in one phase before the test loop:
+
+1. For each calibration item and each OpenAI or Anthropic judge, the request
+   that judge would be asked is worked out exactly as a live grade works it out
+   (:func:`~pytest_agenteval._judges.grade_with_checks` decides which criteria
+   the checks hold back; the judge's own prompt, fence, nonce, sampling and
+   structured-output mode), and becomes one line of a batch. A line whose grade
+   is in the judge cache is left out (the item reads the cache as usual).
+2. One batch per judge and run directory (a family's calibration run) is
+   submitted: OpenAI: the lines uploaded as a JSONL file
+   (``files.create(purpose="batch")``) and ``batches.create`` on
+   ``/v1/chat/completions``; Anthropic: ``messages.batches.create``. Its id,
+   the nonce and content key of every line and the state are written to
+   ``batch.json`` in the run directory, which is created at once.
+3. The batches are polled (``--judge-batch-poll``, default 30 s) with the
+   progress line showing their state, until they end or ``--judge-batch-wait``
+   runs out. The outputs are read (OpenAI: ``files.content`` of the output and
+   error files; Anthropic: ``messages.batches.results``) and each line is held
+   to the contract of a live grade: strict JSON, the schema, truncation and
+   refusals. A line whose output is invalid gets its one re-ask as a live call
+   (full price, recorded as ``reask_live``); a line that failed at the
+   provider (an error status, expired, cancelled) or a batch that failed is an
+   item ERROR with the reason, as any judge failure is.
+4. The test loop then runs as usual: each item reads its grade from the
+   batch's results instead of calling the judge; its record says
+   ``meta.batch`` (batch id, line, price factor) and its cost is the batch
+   price.
+
+Resuming. A run stopped while its batch is pending (Ctrl-C, a CI time limit,
+``--judge-batch-wait``) is sealed as incomplete with its ``batch.json``. Running
+the same command again looks among the earlier runs of the same family and
+judges for a batch that holds the same requests (every line's content key: same
+golden data, criteria, prompt, model, endpoint and options), in a run that
+verifies intact and is incomplete, and whose grades no complete run has used;
+it collects the newest such batch instead of paying for a new one. OpenAI's
+input file is also downloaded and must be byte for byte the requests this run
+would send. The new run directory's ``batch.json`` names the run it resumed.
+Otherwise a new batch is submitted: after a complete run, a new run is a new
+measurement, and a run that fails verification is not trusted.
+
+Limits, decided: benchmark (scenario) items are not batched — their subject
+must answer first, item by item — so ``--judge-batch`` with benchmark items in
+the run is a usage error rather than a silent full-price run; and it needs one
+process (not ``-n``), since one batch serves the whole run and the provider
+does the parallel work. ``--agenteval-max-cost`` cannot stop calls inside a
+batch; batch grades are charged to the cost when their results arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ._cost import Cost, cost_of
+from ._vocab import AgentevalError
+
+if TYPE_CHECKING:
+    from ._golden_items import CalibrationItem
+    from ._judges import Grade, GradeRequest
+    from ._progress import Progress
+    from ._session import AgentevalState
+
+BATCH_FILE = "batch.json"
+SCHEMA = "pytest-agenteval/batch/1"
+#: Both providers bill a batch request at half the price of the same call made live.
+PRICE_FACTOR = 0.5
+#: Lines per batch each provider accepts; more are split into several batches.
+MAX_LINES = {"openai": 50_000, "anthropic": 100_000}
+OPENAI_ENDPOINT = "/v1/chat/completions"
+_OPENAI_ENDED = ("completed", "failed", "expired", "cancelled")
+#: Consecutive failed polls after which the run stops (the batch keeps running: re-run to resume).
+MAX_POLL_FAILURES = 5
+_BATCH_JSON_LIMIT = 64 * 1024 * 1024
+
+#: nodeid -> judge index -> the batch's outcome for that judge (a Grade or an LLMJudgeError)
+RESULTS: pytest.StashKey[dict[str, dict[int, Any]]] = pytest.StashKey()
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    enabled: bool
+    poll_s: float = 30.0
+    wait_s: float | None = None
+
+
+def batch_options(config: pytest.Config) -> BatchOptions:
+    """``--judge-batch``, ``--judge-batch-poll``, ``--judge-batch-wait`` (and their ini keys)."""
+    from . import _settings as settings
+
+    flag = settings.raw(config, "agenteval_judge_batch")
+    enabled = flag is True or str(flag).strip().lower() in ("1", "true", "yes", "on")
+    poll = settings.number(config, "agenteval_judge_batch_poll", 30.0, what="a number of seconds")
+    wait = settings.number(
+        config, "agenteval_judge_batch_wait", None, inclusive=True, what="a number of seconds"
+    )
+    return BatchOptions(enabled, poll or 30.0, wait)
+
+
+def check_options(config: pytest.Config) -> None:
+    """Refused before collection: ``--judge-batch`` under xdist (one batch serves the run)."""
+    if not batch_options(config).enabled:
+        return
+    if str(getattr(config.option, "dist", "no") or "no") != "no":
+        raise pytest.UsageError(
+            "--judge-batch: run without -n/--dist: one batch per judge serves the whole run "
+            "and the provider grades its lines in parallel"
+        )
+
+
+def check_items(state: AgentevalState, items: Sequence[Any]) -> None:
+    """At collection: what ``--judge-batch`` cannot do is a usage error, before any call."""
+    from ._collect import ScenarioItem
+
+    if state.is_worker or not batch_options(state.config).enabled or not items:
+        return
+    scenarios = sum(1 for i in items if isinstance(i, ScenarioItem))
+    if scenarios:
+        raise pytest.UsageError(
+            f"--judge-batch batches calibration grades only (-m calibration): the {scenarios} "
+            "benchmark item(s) of this run would be graded live at full price; run them "
+            "without --judge-batch"
+        )
+    if not any(_batchable(j) for j in state.judges()):
+        raise pytest.UsageError(
+            "--judge-batch needs an openai: or anthropic: judge (--judge=openai:MODEL); "
+            f"the judges here ({state.judge_label()}) have no batch API"
+        )
+
+
+def _batchable(judge: Any) -> bool:
+    from ._llm import AnthropicJudge, OpenAIJudge
+
+    return isinstance(judge, (OpenAIJudge, AnthropicJudge))
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def grade_cost(
+    meta: Mapping[str, Any], judge: Any, rates: Mapping[str, tuple[float, float]]
+) -> Cost:
+    """What one calibration grade cost: its tokens at the model's rate, those answered
+    in a batch at the batch price (a live re-ask at the full price)."""
+    model = meta.get("model_requested") or meta.get("judge") or judge
+    usage = meta.get("usage") if isinstance(meta.get("usage"), Mapping) else None
+    cost = cost_of(str(model) if model else None, usage, rates)
+    batch = meta.get("batch")
+    if not isinstance(batch, Mapping) or cost.usd is None:
+        return cost
+    factor = batch.get("price_factor")
+    batch_usage = batch.get("usage") if isinstance(batch.get("usage"), Mapping) else None
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool):
+        return cost
+    part = cost_of(str(model) if model else None, batch_usage, rates)
+    saved = (1.0 - float(factor)) * (part.usd or 0.0)
+    return Cost(cost.usd - saved, cost.prompt_tokens, cost.completion_tokens)
+
+
+# --------------------------------------------------------------------------- items read their grade
+
+
+class BatchedGrade:
+    """Stands in for an LLM judge in an item's setup: the grade its batch line gave."""
+
+    deterministic = False
+
+    def __init__(self, judge: Any, outcome: Any) -> None:
+        self.judge = judge
+        self.name = judge.name
+        self.model = getattr(judge, "model", None)
+        self._outcome = outcome
+
+    async def grade(self, request: GradeRequest) -> Grade:
+        from ._llm import LLMJudgeError
+
+        outcome = self._outcome
+        if isinstance(outcome, LLMJudgeError):
+            raise LLMJudgeError(str(outcome), outcome.details)
+        return outcome
+
+
+def batched_judges(config: pytest.Config, nodeid: str, judges: list[Any]) -> list[Any]:
+    """*judges* with those graded in a batch replaced by their batch results for *nodeid*."""
+    results = config.stash.get(RESULTS, None)
+    mine = results.get(nodeid) if results else None
+    if not mine:
+        return judges
+    return [BatchedGrade(j, mine[k]) if k in mine else j for k, j in enumerate(judges)]
+
+
+# --------------------------------------------------------------------------- the lines
+
+
+class _Asked(AgentevalError):
+    """Raised by :class:`_Recorder` to hand back the request a judge would be asked."""
+
+    def __init__(self, request: GradeRequest) -> None:
+        super().__init__("recorded")
+        self.request = request
+
+
+class _Recorder:
+    """A judge that records what it is asked (nothing is sent)."""
+
+    deterministic = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def grade(self, request: GradeRequest) -> Grade:
+        raise _Asked(request)
+
+
+async def asked(judge: Any, request: GradeRequest) -> GradeRequest | None:
+    """The request *judge* would get for *request* (checked criteria held back, exactly as
+    :func:`~pytest_agenteval._judges.grade_with_checks` does live); None when it would not
+    be called (every criterion has a check)."""
+    from ._judges import grade_with_checks
+
+    try:
+        await grade_with_checks(_Recorder(judge.name), request)
+    except _Asked as recorded:
+        return recorded.request
+    return None
+
+
+@dataclass
+class Line:
+    """One request of a batch: what is sent, and what a live grade would have recorded."""
+
+    custom_id: str
+    nodeid: str
+    request: GradeRequest
+    criteria: list[str]
+    nonce: str
+    key: str
+    prompt: Any
+    rendered: Any
+    sampling: Any
+    repetition: Any
+    mode: str
+    body: dict[str, Any]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _repetition(request: GradeRequest) -> Any:
+    value = request.context.get("repetition", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def make_line(judge: Any, custom_id: str, nodeid: str, request: GradeRequest, nonce: str) -> Line:
+    """The batch line for *request*, rendered as the judge renders a live call."""
+    from ._llm import NONCE_PLACEHOLDER, _prompt_for, _render
+
+    settings = judge.settings
+    prompt = _prompt_for(request.context)
+    rendered = _render(request, nonce, settings.max_answer_chars)
+    repetition = _repetition(request)
+    sampling = judge.sampling(request.context)
+    key_user = _render(request, NONCE_PLACEHOLDER, settings.max_answer_chars).user
+    key = judge._cache_key(prompt, key_user, repetition, sampling)
+    criteria = [c.text for c in request.criteria]
+    mode = judge.structured
+    line = Line(
+        custom_id,
+        nodeid,
+        request,
+        criteria,
+        nonce,
+        key,
+        prompt,
+        rendered,
+        sampling,
+        repetition,
+        mode,
+        {},
+    )
+    line.body = request_body(judge, line)
+    return line
+
+
+def request_body(judge: Any, line: Line) -> dict[str, Any]:
+    """The body of the live call a judge would make for *line* (its first round)."""
+    from ._llm import GRADE_CONTRACT, grade_schema
+
+    contract = dataclasses.replace(GRADE_CONTRACT, schema=grade_schema(len(line.criteria)))
+    user = {"role": "user", "content": line.rendered.user}
+    if judge.provider == "openai":
+        body: dict[str, Any] = {
+            "model": judge.model,
+            "messages": [{"role": "system", "content": line.prompt.text}, user],
+            "temperature": line.sampling.temperature,
+            "seed": line.sampling.seed,
+            "max_tokens": judge.settings.max_tokens,
+        }
+        if line.mode == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": contract.schema_name,
+                    "schema": dict(contract.schema),
+                    "strict": True,
+                },
+            }
+        elif line.mode == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return body
+    body = {
+        "model": judge.model,
+        "max_tokens": judge.settings.max_tokens,
+        "system": line.prompt.text,
+        "messages": [user],
+    }
+    temperature = judge._temperature(line.sampling)
+    if temperature is not None:
+        body["temperature"] = temperature
+    if line.mode == "tool":
+        body["tools"] = [
+            {
+                "name": contract.tool_name,
+                "description": contract.tool_description,
+                "input_schema": dict(contract.schema),
+            }
+        ]
+        body["tool_choice"] = {"type": "tool", "name": contract.tool_name}
+    return body
+
+
+def _jsonl(judge: Any, lines: Sequence[Line]) -> bytes:
+    """What is submitted: OpenAI's input file, Anthropic's requests, one JSON line each."""
+    out = []
+    for line in lines:
+        obj: dict[str, Any]
+        if judge.provider == "openai":
+            obj = {"custom_id": line.custom_id, "method": "POST", "url": OPENAI_ENDPOINT}
+            obj["body"] = line.body
+        else:
+            obj = {"custom_id": line.custom_id, "params": line.body}
+        out.append(json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode() + b"\n")
+    return b"".join(out)
+
+
+# --------------------------------------------------------------------------- one batch
+
+
+@dataclass
+class Job:
+    """One batch: the lines of one judge for one family's run directory."""
+
+    family: str
+    family_root: str
+    judge_index: int
+    judge: Any
+    lines: list[Line]
+    recorder: Any
+    part: int = 0
+    batch_id: str | None = None
+    input_file_id: str | None = None
+    status: str = "new"
+    done: int = 0
+    failed: int = 0
+    submitted_at: str | None = None
+    resumed_from: dict[str, Any] | None = None
+    collected: bool = False
+    batch: Any = None
+    poll_failures: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def total(self) -> int:
+        return len(self.lines)
+
+    @property
+    def fingerprint(self) -> str:
+        material = {
+            "judge": self.judge.name,
+            "endpoint": self.judge.endpoint,
+            "lines": [[line.custom_id, line.key, line.mode] for line in self.lines],
+        }
+        from ._evidence import canonical_json
+
+        return hashlib.sha256(canonical_json(material)).hexdigest()
+
+    @property
+    def ended(self) -> bool:
+        if self.judge.provider == "openai":
+            return self.status in _OPENAI_ENDED
+        return self.status == "ended"
+
+    def record(self) -> dict[str, Any]:
+        """This batch in ``batch.json``."""
+        return {
+            "judge": self.judge.name,
+            "provider": self.judge.provider,
+            "model": self.judge.model,
+            "endpoint": self.judge.endpoint,
+            "part": self.part,
+            "batch_id": self.batch_id,
+            "input_file_id": self.input_file_id,
+            "input_sha256": hashlib.sha256(_jsonl(self.judge, self.lines)).hexdigest(),
+            "fingerprint": self.fingerprint,
+            "requests": self.total,
+            "status": self.status,
+            "request_counts": {"done": self.done, "failed": self.failed, "total": self.total},
+            "submitted_at": self.submitted_at,
+            "collected": self.collected,
+            "resumed_from": self.resumed_from,
+            "price_factor": PRICE_FACTOR,
+            "lines": {
+                line.custom_id: {"nodeid": line.nodeid, "key": line.key, "nonce": line.nonce}
+                for line in self.lines
+            },
+        }
+
+
+def write_batch_json(recorder: Any, jobs: Sequence[Job]) -> None:
+    recorder.write_json(
+        BATCH_FILE,
+        {
+            "schema": SCHEMA,
+            "run_id": recorder.run_id,
+            "updated_at": _now(),
+            "batches": [job.record() for job in jobs],
+        },
+    )
+
+
+def _client(judge: Any) -> Any:
+    return judge.conn.client()
+
+
+async def submit(job: Job) -> None:
+    judge = job.judge
+    client = _client(judge)
+    data = _jsonl(judge, job.lines)
+    if judge.provider == "openai":
+        uploaded = await client.files.create(
+            file=("agenteval-batch.jsonl", data, "application/jsonl"), purpose="batch"
+        )
+        batch = await client.batches.create(
+            input_file_id=uploaded.id,
+            endpoint=OPENAI_ENDPOINT,
+            completion_window="24h",
+            metadata={"agenteval_run": str(job.recorder.run_id)[:64], "family": job.family[:500]},
+        )
+        job.input_file_id = uploaded.id
+    else:
+        batch = await client.messages.batches.create(
+            requests=[{"custom_id": line.custom_id, "params": line.body} for line in job.lines]
+        )
+    job.batch_id = batch.id
+    job.submitted_at = _now()
+    _note(job, batch)
+
+
+def _note(job: Job, batch: Any) -> None:
+    """Take the provider's view of the batch: its state and counts."""
+    job.batch = batch
+    counts = getattr(batch, "request_counts", None)
+    if job.judge.provider == "openai":
+        job.status = str(batch.status)
+        job.done = int(getattr(counts, "completed", 0) or 0) + int(
+            getattr(counts, "failed", 0) or 0
+        )
+        job.failed = int(getattr(counts, "failed", 0) or 0)
+    else:
+        job.status = str(batch.processing_status)
+        processing = int(getattr(counts, "processing", 0) or 0)
+        job.done = job.total - processing if job.status != "ended" else job.total
+        job.failed = sum(
+            int(getattr(counts, name, 0) or 0) for name in ("errored", "canceled", "expired")
+        )
+
+
+async def refresh(job: Job) -> None:
+    client = _client(job.judge)
+    if job.judge.provider == "openai":
+        batch = await client.batches.retrieve(job.batch_id)
+    else:
+        batch = await client.messages.batches.retrieve(job.batch_id)
+    _note(job, batch)
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _problem_error(message: str, details: dict[str, Any]) -> Any:
+    from ._llm import LLMJudgeError
+
+    return LLMJudgeError(message, details)
+
+
+def _provider_text(body: Any) -> str:
+    """The provider's ``error.message`` of a failed line, redacted and clipped."""
+    from ._providers import provider_message
+
+    return provider_message(body)
+
+
+def _details(job: Job, line: Line) -> dict[str, Any]:
+    judge = job.judge
+    details: dict[str, Any] = judge._base_details(
+        line.prompt, line.rendered, line.nonce, line.repetition, line.sampling
+    )
+    details["structured"] = line.mode
+    details["attempts"] = 1
+    details["http_statuses"] = []
+    details["latency_s"] = round(time.monotonic() - job.started, 3)
+    details["batch"] = {
+        "provider_batch_id": job.batch_id,
+        "custom_id": line.custom_id,
+        "price_factor": PRICE_FACTOR,
+        "submitted_at": job.submitted_at,
+        "status": job.status,
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+        **({"resumed_from": job.resumed_from} if job.resumed_from else {}),
+    }
+    if judge.settings.cache_mode != "off" and judge.settings.cache_dir is not None:
+        details["cache_key"] = line.key
+        details["cache_authenticated"] = judge.cache_authenticated
+        details["cache_status"] = "miss"
+    return details
+
+
+def _usage(details: dict[str, Any], prompt: int, completion: int) -> None:
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    details["usage"] = dict(usage)
+    details["batch"]["usage"] = dict(usage)
+
+
+@dataclass
+class _Reask:
+    """A line whose output broke the contract: it gets its one re-ask live."""
+
+    job: Job
+    line: Line
+    reply: Any
+    problem: Any
+    details: dict[str, Any]
+
+
+def _held_to_contract(job: Job, line: Line, reply: Any, details: dict[str, Any]) -> Any:
+    """The grade of a reply, or a :class:`_Reask` when it breaks the contract."""
+    from ._llm import _loads_strict, _make_grade, _Problem, _validate
+
+    details["model_returned"] = reply.model
+    details["finish_reason"] = reply.finish
+    details["raw_response"] = reply.raw
+    try:
+        value = reply.tool_input if reply.has_tool else _loads_strict(reply.text)
+        parsed, mismatched = _validate(value, line.criteria)
+    except _Problem as problem:
+        return _Reask(job, line, reply, problem, details)
+    details["parsed"] = parsed
+    if mismatched:
+        details["criteria_text_mismatch"] = mismatched
+    return _make_grade(parsed, line.criteria, job.judge.name, details)
+
+
+def openai_outcome(job: Job, line: Line, obj: Any) -> Any:
+    """One line of OpenAI's output or error file -> a Grade, an LLMJudgeError or a re-ask."""
+    from ._llm import TOOL_NAME, _Failure
+    from ._providers import token_usage
+
+    details = _details(job, line)
+    response = obj.get("response") if isinstance(obj, Mapping) else None
+    if not isinstance(response, Mapping):
+        error = obj.get("error") if isinstance(obj, Mapping) else None
+        code = error.get("code") if isinstance(error, Mapping) else None
+        why = (
+            "the batch expired before it was answered (24 h)"
+            if code == "batch_expired"
+            else (f"no answer ({code or 'unknown error'})")
+        )
+        return _problem_error(f"judge batch {job.batch_id}: {why}", details)
+    status = response.get("status_code")
+    body = response.get("body")
+    if status != 200 or not isinstance(body, Mapping):
+        detail = _provider_text(body)
+        return _problem_error(
+            f"judge batch request failed ({status})" + (f": {detail}" if detail else ""), details
+        )
+    import openai
+
+    try:
+        resp = openai.types.chat.ChatCompletion.model_validate(dict(body))
+    except ValueError:
+        return _problem_error("judge batch line unreadable (not a chat completion)", details)
+    p, c = token_usage(job.judge.conn.provider, resp.usage)
+    _usage(details, p, c)
+    try:
+        reply = job.judge._reply(resp, line.mode, TOOL_NAME)
+    except _Failure as failure:
+        return _problem_error(str(failure), details)
+    return _held_to_contract(job, line, reply, details)
+
+
+def anthropic_outcome(job: Job, line: Line, raw: str) -> Any:
+    """One line of Anthropic's results -> a Grade, an LLMJudgeError or a re-ask."""
+    from ._llm import _DECODER, TOOL_NAME, _Failure, _raw_json
+    from ._providers import token_usage
+
+    details = _details(job, line)
+    obj = json.loads(raw)
+    result = obj.get("result") if isinstance(obj, Mapping) else None
+    kind = result.get("type") if isinstance(result, Mapping) else None
+    if kind != "succeeded" or not isinstance(result, Mapping):
+        if kind == "expired":
+            why = "the batch expired before this request was answered (24 h)"
+        elif kind == "canceled":
+            why = "the batch was canceled before this request was answered"
+        else:
+            detail = _provider_text(result.get("error") if isinstance(result, Mapping) else None)
+            why = "request failed" + (f": {detail}" if detail else "")
+        return _problem_error(f"judge batch {job.batch_id}: {why}", details)
+    import anthropic
+
+    try:
+        msg = anthropic.types.Message.model_validate(result.get("message"))
+    except ValueError:
+        return _problem_error("judge batch line unreadable (not a message)", details)
+    p, c = token_usage(job.judge.conn.provider, msg.usage)
+    _usage(details, p, c)
+    try:
+        reply = job.judge._reply(("", msg), line.mode, TOOL_NAME)
+    except _Failure as failure:
+        return _problem_error(str(failure), details)
+    if reply.has_tool:  # the tool input read strictly from the line: NaN, duplicate keys kept
+        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError, RecursionError):
+            blocks = _DECODER.decode(raw)["result"]["message"]["content"]
+            for block in blocks:
+                if block.get("type") == "tool_use" and block.get("id") == reply.tool_id:
+                    reply.tool_input = block["input"]
+                    reply.raw = _raw_json(reply.tool_input)
+                    break
+    return _held_to_contract(job, line, reply, details)
+
+
+async def _read_file(client: Any, file_id: str | None) -> list[str]:
+    if not file_id:
+        return []
+    content = await client.files.content(file_id)
+    data = content.content if hasattr(content, "content") else await content.aread()
+    return [ln for ln in bytes(data).decode("utf-8", "replace").splitlines() if ln.strip()]
+
+
+async def collect(job: Job) -> dict[str, Any]:
+    """custom_id -> outcome (Grade, LLMJudgeError or _Reask) for every line of an ended batch."""
+    by_id = {line.custom_id: line for line in job.lines}
+    out: dict[str, Any] = {}
+    client = _client(job.judge)
+    if job.judge.provider == "openai":
+        batch = job.batch
+        raws = await _read_file(client, getattr(batch, "output_file_id", None))
+        raws += await _read_file(client, getattr(batch, "error_file_id", None))
+        for raw in raws:
+            obj = json.loads(raw)
+            line = by_id.get(str(obj.get("custom_id")))
+            if line is not None and line.custom_id not in out:
+                out[line.custom_id] = openai_outcome(job, line, obj)
+    else:
+        results = await client.messages.batches.results(job.batch_id)
+        response = getattr(results, "http_response", None)
+        if response is None:  # an SDK without the raw response: its (lenient) parse
+            async for entry in results:
+                _take_anthropic(job, by_id, out, entry.to_json().encode())
+        else:  # the raw lines, so that the tool input can be read strictly
+            buffer = b""
+            async for chunk in response.aiter_bytes():
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                for raw in complete:
+                    _take_anthropic(job, by_id, out, raw)
+            _take_anthropic(job, by_id, out, buffer)
+    why = _batch_failure(job)
+    for line in job.lines:
+        if line.custom_id not in out:
+            out[line.custom_id] = _problem_error(
+                f"judge batch {job.batch_id}: {why or 'no result for this request'} "
+                f"(batch {job.status})",
+                _details(job, line),
+            )
+    return out
+
+
+def _take_anthropic(job: Job, by_id: dict[str, Line], out: dict[str, Any], raw: bytes) -> None:
+    text = raw.decode("utf-8", "replace").strip()
+    if not text:
+        return
+    with contextlib.suppress(ValueError, AttributeError):
+        line = by_id.get(str(json.loads(text).get("custom_id")))
+        if line is not None and line.custom_id not in out:
+            out[line.custom_id] = anthropic_outcome(job, line, text)
+
+
+def _batch_failure(job: Job) -> str:
+    batch = job.batch
+    errors = getattr(getattr(batch, "errors", None), "data", None) or []
+    messages = [str(getattr(e, "message", "") or "") for e in errors]
+    from ._injection import snippet
+    from ._redact import Redactor
+
+    text = "; ".join(m for m in messages if m)
+    if text:
+        return "the batch failed: " + snippet(Redactor.from_environ().text(text), 200)
+    if job.status == "expired":
+        return "the batch expired before this request was answered (24 h)"
+    if job.status in ("cancelled", "canceled"):
+        return "the batch was cancelled before this request was answered"
+    if job.status == "failed":
+        return "the batch failed"
+    return ""
+
+
+async def reask(item: _Reask) -> Any:
+    """The one re-ask of an invalid batch answer, made live (full price), as a live grade would."""
+    from ._llm import (
+        GRADE_CONTRACT,
+        _CallState,
+        _Failure,
+        _loads_strict,
+        _make_grade,
+        _Problem,
+        _validate,
+        grade_schema,
+    )
+
+    job, line, details = item.job, item.line, item.details
+    judge = job.judge
+    details["reasks"] = 1
+    details["first_response"] = {"raw_response": item.reply.raw, "problem": item.problem.text}
+    contract = dataclasses.replace(GRADE_CONTRACT, schema=grade_schema(len(line.criteria)))
+    state = _CallState(sampling=line.sampling, contract=contract)
+    messages = [
+        {"role": "user", "content": line.rendered.user},
+        *judge._reask_turns(item.reply, item.problem, len(line.criteria)),
+    ]
+    batch_usage = dict(details["usage"])
+    from ._providers import track
+
+    judge.conn.client()
+    reply = None
+    error: Any = None
+    try:
+        with track(state):
+            reply = await asyncio.wait_for(
+                judge._complete(line.prompt.text, messages, state, details),
+                judge.settings.deadline_s,
+            )
+    except _Failure as failure:
+        error = str(failure)
+    except asyncio.TimeoutError:
+        error = f"judge timeout after {judge.settings.deadline_s:g}s"
+    details["usage"] = {
+        "prompt_tokens": batch_usage["prompt_tokens"] + state.prompt_tokens,
+        "completion_tokens": batch_usage["completion_tokens"] + state.completion_tokens,
+    }
+    details["reask_live"] = {"attempts": state.attempts, "http_statuses": list(state.statuses)}
+    if error is not None or reply is None:
+        return _problem_error(str(error), details)
+    details["model_returned"] = reply.model
+    details["finish_reason"] = reply.finish
+    details["raw_response"] = reply.raw
+    try:
+        value = reply.tool_input if reply.has_tool else _loads_strict(reply.text)
+        parsed, mismatched = _validate(value, line.criteria)
+    except _Problem as problem:
+        details["problem"] = problem.text
+        return _problem_error(problem.message(), details)
+    details["parsed"] = parsed
+    if mismatched:
+        details["criteria_text_mismatch"] = mismatched
+    return _make_grade(parsed, line.criteria, judge.name, details)
+
+
+# --------------------------------------------------------------------------- resuming
+
+
+def _read_batch_json(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / BATCH_FILE
+    try:
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > _BATCH_JSON_LIMIT:
+            return None
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+
+
+def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """An earlier run of this family and judges whose batch holds these requests and whose
+    grades no complete run has used: intact (it verifies) and incomplete; the newest such."""
+    from ._evidence import verify_run
+
+    siblings = sorted(
+        (p for p in own_run_dir.parent.iterdir() if p.is_dir() and p != own_run_dir),
+        key=lambda p: p.name,
+        reverse=True,
+    )
+    fingerprint = job.fingerprint
+    pending: list[tuple[Path, dict[str, Any]]] = []
+    used: set[str] = set()  # batches whose grades a complete run has used
+    for run_dir in siblings:
+        data = _read_batch_json(run_dir)
+        if data is None:
+            continue
+        entry = next(
+            (
+                b
+                for b in data.get("batches", [])
+                if isinstance(b, dict)
+                and b.get("fingerprint") == fingerprint
+                and b.get("judge") == job.judge.name
+                and b.get("part") == job.part
+                and isinstance(b.get("batch_id"), str)
+                and isinstance(b.get("lines"), dict)
+            ),
+            None,
+        )
+        if entry is None:
+            continue
+        verdict = verify_run(run_dir)  # a run that does not verify is not trusted either way
+        if verdict.ok and verdict.complete:
+            used.add(entry["batch_id"])
+        elif verdict.ok:
+            pending.append((run_dir, entry))
+    # a new run after a complete one is a new measurement: its batch is not collected twice
+    return next(((d, e) for d, e in pending if e["batch_id"] not in used), None)
+
+
+async def resume(job: Job, run_dir: Path, entry: dict[str, Any]) -> str | None:
+    """Take over the batch of an earlier run; a reason when it cannot be (then it is not)."""
+    stored = entry["lines"]
+    renewed = []
+    for line in job.lines:
+        nonce = stored.get(line.custom_id, {}).get("nonce")
+        if not isinstance(nonce, str) or stored[line.custom_id].get("key") != line.key:
+            return f"line {line.custom_id} differs"
+        renewed.append(make_line(job.judge, line.custom_id, line.nodeid, line.request, nonce))
+    data = _jsonl(job.judge, renewed)
+    if hashlib.sha256(data).hexdigest() != entry.get("input_sha256"):
+        return "the requests this run would send differ from those submitted"
+    client = _client(job.judge)
+    if job.judge.provider == "openai":
+        file_id = entry.get("input_file_id")
+        if not isinstance(file_id, str):
+            return "no input file recorded"
+        content = await client.files.content(file_id)
+        sent = content.content if hasattr(content, "content") else await content.aread()
+        if hashlib.sha256(bytes(sent)).hexdigest() != hashlib.sha256(data).hexdigest():
+            return "the provider's input file is not the requests this run would send"
+        job.input_file_id = file_id
+    job.lines = renewed
+    job.batch_id = str(entry["batch_id"])
+    job.submitted_at = entry.get("submitted_at")
+    run_id = (_read_batch_json(run_dir) or {}).get("run_id")
+    job.resumed_from = {"run_dir": run_dir.name, "run_id": run_id, "batch_id": job.batch_id}
+    await refresh(job)
+    return None
+
+
+# --------------------------------------------------------------------------- the phase
+
+
+def _calibration_items(session: pytest.Session) -> list[CalibrationItem]:
+    from ._golden_items import CalibrationItem, SkippedEntry
+
+    return [
+        i
+        for i in session.items
+        if isinstance(i, CalibrationItem) and not isinstance(i, SkippedEntry)
+    ]
+
+
+def _jobs(state: AgentevalState, items: Sequence[CalibrationItem]) -> list[Job]:
+    judges: list[Any] = list(state.judges())
+    subject = "calibration-" + "+".join(getattr(j, "name", "judge") for j in judges)
+    by_family: dict[str, list[CalibrationItem]] = {}
+    for item in items:
+        by_family.setdefault(str(item.family.root), []).append(item)
+    jobs: list[Job] = []
+    for root, family_items in by_family.items():
+        recorder = state.calibration_bucket(root, subject).recorder
+        for k, judge in enumerate(judges):
+            if not _batchable(judge):
+                continue
+            lines: list[Line] = []
+
+            async def ask_all(
+                judge: Any = judge, todo: list[CalibrationItem] = family_items
+            ) -> list[GradeRequest | None]:
+                out: list[GradeRequest | None] = []
+                for item in todo:
+                    try:
+                        request = item.grade_request()
+                    except Exception:  # e.g. no rubric: the item errors at its setup, as live
+                        out.append(None)
+                        continue
+                    out.append(await asked(judge, request))
+                return out
+
+            for n, (item, request) in enumerate(
+                zip(family_items, state.scheduler.run_coro(ask_all()), strict=True)
+            ):
+                if request is None:
+                    continue  # every criterion has a check: the judge is not called
+                line = make_line(
+                    judge, f"agenteval-{n}", item.nodeid, request, secrets.token_hex(8)
+                )
+                if judge.settings.cache_mode in ("read", "readwrite") and judge.settings.cache_dir:
+                    hit, _ = judge._cache_read(line.key, line.criteria)
+                    if hit is not None:
+                        continue  # graded from the cache at the item, as live
+                lines.append(line)
+            size = MAX_LINES[judge.provider]
+            for part, start in enumerate(range(0, len(lines), size)):
+                jobs.append(
+                    Job(
+                        family_items[0].family.name,
+                        root,
+                        k,
+                        judge,
+                        lines[start : start + size],
+                        recorder,
+                        part=part,
+                    )
+                )
+    return jobs
+
+
+def _say(state: AgentevalState, text: str) -> None:
+    from ._text import terminal_safe
+
+    reporter = state.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(terminal_safe(state.redactor.text(text)))
+
+
+def _shown(state: AgentevalState, path: Path) -> str:
+    """*path* relative to where pytest was started, as the run directory is shown."""
+    try:
+        return path.relative_to(Path(state.config.invocation_params.dir)).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _save(jobs: Sequence[Job]) -> None:
+    by_recorder: dict[int, list[Job]] = {}
+    for job in jobs:
+        by_recorder.setdefault(id(job.recorder), []).append(job)
+    for group in by_recorder.values():
+        write_batch_json(group[0].recorder, group)
+
+
+def _show(progress: Progress | None, jobs: Sequence[Job]) -> None:
+    if progress is None:
+        return
+    judges = ", ".join(dict.fromkeys(job.judge.name for job in jobs))
+    states = ", ".join(dict.fromkeys(job.status for job in jobs))
+    plural = "es" if len(jobs) > 1 else ""
+    progress.set_batch(
+        f"batch{plural} of {judges}: {states}",
+        sum(job.done for job in jobs),
+        sum(job.total for job in jobs),
+    )
+
+
+def _sdk_error(state: AgentevalState, job: Job, exc: BaseException) -> BaseException:
+    """An SDK error of a batch call: a configuration error stops the run; others are text."""
+    from ._llm import JudgeConfigError
+
+    failure = job.judge.conn.classify(exc, 1)
+    if failure.status in (404, 405):  # a server without the batch endpoints, not a lost model
+        state.stop_reason = "configuration error: no batch API"
+        return pytest.exit.Exception(
+            f"agenteval configuration error: --judge-batch: judge {job.judge.name}: the server "
+            f"at {job.judge.base_url_host} has no batch API ({failure.status} on a batch "
+            "endpoint); batch judging needs OpenAI's or Anthropic's API, or a server that "
+            "implements it",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+    translated = job.judge._error(failure)
+    if isinstance(translated, JudgeConfigError):
+        state.stop_reason = f"configuration error: {translated}"
+        return pytest.exit.Exception(
+            f"agenteval configuration error: {translated}", returncode=pytest.ExitCode.USAGE_ERROR
+        )
+    return RuntimeError(str(translated))
+
+
+def run_batch_phase(
+    state: AgentevalState, session: pytest.Session, progress: Progress | None
+) -> None:
+    """Grade every calibration item's LLM judges through batches, before the test loop."""
+    options = batch_options(state.config)
+    if not options.enabled or state.is_worker or session.config.option.collectonly:
+        return
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        return  # pytest stops on the collection errors: nothing is submitted
+    items = _calibration_items(session)
+    if not items:
+        return
+    jobs = [job for job in _jobs(state, items) if job.lines]
+    if not jobs:
+        return
+    scheduler = state.scheduler
+    sdk_errors: tuple[type[BaseException], ...] = ()
+    for job in jobs:
+        sdk_errors += (job.judge.conn.api_error,)
+        found = find_resumable(job, job.recorder.run_dir)
+        problem = "no earlier run holds it"
+        if found is not None:
+            run_dir, entry = found
+            try:
+                problem = scheduler.run_coro(resume(job, run_dir, entry)) or ""
+            except sdk_errors as exc:
+                problem = str(_sdk_error(state, job, exc))
+            if not problem:
+                _say(
+                    state,
+                    f"agenteval: batch judging: resuming batch {job.batch_id} of {job.judge.name} "
+                    f"({job.total} requests) from the earlier run {run_dir.name}",
+                )
+                continue
+            _say(state, f"agenteval: batch judging: not resuming {run_dir.name}: {problem}")
+        try:
+            scheduler.run_coro(submit(job))
+        except sdk_errors as exc:
+            raise _sdk_error(state, job, exc) from None
+        _say(
+            state,
+            f"agenteval: batch judging: submitted {job.total} requests to {job.judge.name} as "
+            f"batch {job.batch_id} (half price; answered within 24 h); state in "
+            f"{_shown(state, job.recorder.run_dir / BATCH_FILE)}",
+        )
+    _save(jobs)
+    _wait(state, session, jobs, options, progress, sdk_errors)
+    outcomes: dict[str, dict[int, Any]] = {}
+    reasks: list[_Reask] = []
+    for job in jobs:
+        for custom_id, outcome in scheduler.run_coro(collect(job)).items():
+            line = next(ln for ln in job.lines if ln.custom_id == custom_id)
+            if isinstance(outcome, _Reask):
+                reasks.append(outcome)
+            outcomes.setdefault(line.nodeid, {})[job.judge_index] = outcome
+        job.collected = True
+    if reasks:
+        _say(
+            state,
+            f"agenteval: batch judging: {len(reasks)} answer(s) broke the grade contract; "
+            "each gets its one re-ask live",
+        )
+        limit = asyncio.Semaphore(max(1, scheduler.concurrency))
+
+        async def one(item: _Reask) -> Any:
+            async with limit:
+                return await reask(item)
+
+        async def all_reasks() -> list[Any]:
+            return list(await asyncio.gather(*(one(r) for r in reasks)))
+
+        for item, outcome in zip(reasks, scheduler.run_coro(all_reasks()), strict=True):
+            outcomes[item.line.nodeid][item.job.judge_index] = outcome
+    for job in jobs:  # grades go to the cache as live ones do
+        if job.judge.settings.cache_mode in ("write", "readwrite") and job.judge.settings.cache_dir:
+            for line in job.lines:
+                grade = outcomes.get(line.nodeid, {}).get(job.judge_index)
+                if grade is not None and hasattr(grade, "score"):
+                    scheduler.run_coro(job.judge._cache_write(line.key, grade))
+    _save(jobs)
+    if progress is not None:
+        progress.set_batch(None)
+    state.config.stash[RESULTS] = outcomes
+
+
+def _wait(
+    state: AgentevalState,
+    session: pytest.Session,
+    jobs: Sequence[Job],
+    options: BatchOptions,
+    progress: Progress | None,
+    sdk_errors: tuple[type[BaseException], ...],
+) -> None:
+    """Poll until every batch has ended; stop the run (resumable) when the wait runs out."""
+    started = time.monotonic()
+    while True:
+        _show(progress, jobs)
+        pending = [job for job in jobs if not job.ended]
+        if not pending:
+            return
+        if options.wait_s is not None and time.monotonic() - started >= options.wait_s:
+            _save(jobs)
+            ids = ", ".join(str(job.batch_id) for job in pending)
+            raise session.Interrupted(
+                f"agenteval: batch {ids} still {pending[0].status} after waiting "
+                f"{options.wait_s:g}s (--judge-batch-wait); run the same command again to "
+                "collect it (the run directory keeps its state in batch.json)"
+            )
+        time.sleep(options.poll_s)
+        changed = False
+        for job in pending:
+            before = (job.status, job.done)
+            try:
+                state.scheduler.run_coro(refresh(job))
+                job.poll_failures = 0
+            except sdk_errors as exc:
+                job.poll_failures += 1
+                error = _sdk_error(state, job, exc)
+                if isinstance(error, pytest.exit.Exception) or (
+                    job.poll_failures >= MAX_POLL_FAILURES
+                ):
+                    _save(jobs)
+                    if isinstance(error, pytest.exit.Exception):
+                        raise error from None
+                    raise session.Interrupted(
+                        f"agenteval: batch {job.batch_id}: {error} ({job.poll_failures} polls in "
+                        "a row); the batch keeps running: run the same command again to collect it"
+                    ) from None
+            changed |= before != (job.status, job.done)
+        if changed:
+            _save(jobs)
+
+
+__all__ = [
+    "BATCH_FILE",
+    "PRICE_FACTOR",
+    "RESULTS",
+    "BatchedGrade",
+    "batch_options",
+    "batched_judges",
+    "check_items",
+    "check_options",
+    "grade_cost",
+    "run_batch_phase",
+]
