@@ -1,4 +1,4 @@
-"""``agenteval`` command: ``verify RUN_DIR``, ``list``."""
+"""The ``agenteval`` command: verify, compare, drift, uncertain, list, golden-stats."""
 
 from __future__ import annotations
 
@@ -9,11 +9,19 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     usage = (
         "usage: agenteval {verify RUN_DIR [--expect-head HEX] | compare RUN_A RUN_B "
-        "[--format=text|md|json] | list | golden-stats [PATH ...]}"
+        "[--format=text|md|json] | uncertain RUN_DIR [--margin=X] [--out FILE] | drift OUT_DIR "
+        "--family=F [--metric=score|accuracy|kappa|ece] [--baseline-window=W] "
+        "[--current-window=W] [--sustained=N] [--html FILE] [--format=text|json] | list | "
+        "golden-stats [PATH ...]}"
     )
     if not args or args[0] in {"-h", "--help"}:
         print(usage)
         return 0 if args else 2
+    if args[0] in {"-V", "--version"}:
+        from . import __version__
+
+        print(f"agenteval (pytest-agenteval) {__version__}")
+        return 0
     command, rest = args[0], args[1:]
     if command == "verify":
         from ._verify_cli import main as verify_main
@@ -25,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         from ._compare_cli import main as compare_main
 
         return compare_main(rest)
+    if command == "drift":
+        from ._drift import main as drift_main
+
+        return drift_main(rest)
+    if command == "uncertain":
+        from ._uncertain import main as uncertain_main
+
+        return uncertain_main(rest)
     if command == "list":
         from ._listing import print_listing
 

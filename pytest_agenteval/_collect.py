@@ -20,7 +20,7 @@ from ._family import Article, Family, Plan
 from ._judges import criteria_from
 from ._spec import Scenario
 from ._stash import STATE
-from ._yaml import SpecError
+from ._vocab import AgentevalError, ItemError, SpecError
 
 if TYPE_CHECKING:
     from ._session import AgentevalState
@@ -33,11 +33,11 @@ NO_SUBJECT = (
 )
 
 
-class AgentevalError(Exception):
-    """An ERROR outcome: the subject or judge failed; shown without a traceback."""
+def no_subject(message: str) -> bool:
+    return NO_SUBJECT in message
 
 
-class ScenarioFailed(AssertionError):
+class ScenarioFailed(AgentevalError, AssertionError):
     """A FAIL outcome: the agent answered, and the answer scored below warn."""
 
 
@@ -113,10 +113,16 @@ class ArticleCollector(pytest.Collector):
         self.article = article
         self.error = error
 
-    def collect(self) -> Iterator[ScenarioItem]:
+    def collect(self) -> Iterator[pytest.Item]:
         if self.error is not None:
             raise self.CollectError(str(self.error))
         assert self.article is not None
+        from ._pairwise_run import active
+
+        pairwise = active(self.config)
+        if pairwise is not None:  # --pairwise: one comparison per scenario instead
+            yield from pairwise.items(self, self.family, self.plan, self.article)
+            return
         samples = self.plan.samples
         state = _state(self)
         conditions = state.conditions or [None]
@@ -124,7 +130,7 @@ class ArticleCollector(pytest.Collector):
         for scenario in self.article.scenarios:
             for condition in conditions:
                 for sample in range(samples):
-                    yield ScenarioItem.from_parent(
+                    item = ScenarioItem.from_parent(
                         self,
                         name=scenario.id + _suffix(condition, sample, samples),
                         family=self.family,
@@ -135,6 +141,9 @@ class ArticleCollector(pytest.Collector):
                         condition=condition,
                         fixture_subject=fixture_subject,
                     )
+                    if state.replay is not None:  # graded from a recorded answer (-m replay)
+                        item.add_marker("replay")
+                    yield item
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
         if isinstance(excinfo.value, (SpecError, self.CollectError)):
@@ -156,7 +165,7 @@ def _suffix(condition: Condition | None, sample: int, samples: int) -> str:
 class SingleArticleFile(ArticleCollector):
     """An article file named on the command line outside any family folder."""
 
-    def collect(self) -> Iterator[ScenarioItem]:
+    def collect(self) -> Iterator[pytest.Item]:
         state = _state(self)
         try:
             self.family = state.single_family(self.path)
@@ -177,8 +186,9 @@ def _with_spec_subject() -> None:
     """The same for ``--subject``: the plugin builds the subject, no fixture needed."""
 
 
-class ScenarioItem(pytest.Function):
-    """One scenario of one family, graded in setup, judged in runtest.
+class SubjectItem(pytest.Function):
+    """An item about one scenario that the subject answers in setup: a graded
+    scenario (:class:`ScenarioItem`) or a ``--pairwise`` comparison.
 
     A ``pytest.Function`` whose function takes the ``agenteval_subject``
     fixture: pytest's public fixture machinery then resolves the subject,
@@ -193,44 +203,85 @@ class ScenarioItem(pytest.Function):
         plan: Plan,
         article: Article,
         scenario: Scenario,
+        fixture_subject: bool = True,
+        markers: tuple[str, ...] = (),
+        **kwargs: Any,
+    ) -> None:
+        callobj = _with_fixture_subject if fixture_subject else _with_spec_subject
+        super().__init__(callobj=callobj, **kwargs)
+        self.family = family
+        self.plan = plan
+        self.article = article
+        self.scenario = scenario
+        self.payload: dict[str, Any] | None = None
+        for marker in ("agenteval", family.name, article.meta.pillar, *markers):
+            self.add_marker(marker)
+
+    def subject_fixture(self) -> Any:
+        """pytest's own (public) setup of the fixtures; the ``agenteval_subject`` value
+        (None with ``--subject``)."""
+        state = _state(self)
+        try:
+            super().setup()
+        except pytest.FixtureLookupError as exc:
+            if getattr(exc, "argname", None) != "agenteval_subject":
+                raise
+            # a usage error, said once: stop after this item; nothing was called,
+            # so there is no tree and no run directory (see AgentevalState.has_work)
+            state.stop_reason = "no subject"
+            self.session.shouldstop = "agenteval: no subject (see the error above)"
+            raise ItemError(NO_SUBJECT) from None
+        return self.funcargs.get("agenteval_subject")
+
+    #: What the item's location line adds after the scenario id (``[pairwise]``).
+    report_suffix = ""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ItemError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        line = self.article.lines.get(self.scenario.id, 1)
+        where = f"{self.family.name}::{self.scenario.id}{self.report_suffix}"
+        return self.article.path, line - 1, where
+
+
+class ScenarioItem(SubjectItem):
+    """One scenario of one family, graded in setup, judged in runtest."""
+
+    def __init__(
+        self,
+        *,
+        family: Family,
+        plan: Plan,
+        article: Article,
+        scenario: Scenario,
         sample: int = 0,
         condition: Condition | None = None,
         fixture_subject: bool = True,
         **kwargs: Any,
     ) -> None:
-        callobj = _with_fixture_subject if fixture_subject else _with_spec_subject
-        super().__init__(callobj=callobj, **kwargs)
+        super().__init__(
+            family=family,
+            plan=plan,
+            article=article,
+            scenario=scenario,
+            fixture_subject=fixture_subject,
+            markers=(scenario.severity or article.meta.severity,),
+            **kwargs,
+        )
         self.sample = sample
         self.condition = condition
-        self.family = family
-        self.plan = plan
-        self.article = article
-        self.scenario = scenario
         self.criteria = criteria_from(scenario.evaluation_criteria)
         self.run: Any = None
-        self.payload: dict[str, Any] | None = None
-        for marker in (
-            "agenteval",
-            family.name,
-            article.meta.pillar,
-            scenario.severity or article.meta.severity,
-        ):
-            self.add_marker(marker)
 
     @property
     def severity(self) -> str:
         return self.scenario.severity or self.article.meta.severity
 
     def setup(self) -> None:
-        state = _state(self)
-        try:
-            super().setup()  # fixtures, through pytest's own (public) Function setup
-        except pytest.FixtureLookupError as exc:
-            if getattr(exc, "argname", None) != "agenteval_subject":
-                raise
-            state.stop_reason = "no subject"
-            pytest.exit(NO_SUBJECT, returncode=pytest.ExitCode.USAGE_ERROR)
-        state.grade(self, self.funcargs.get("agenteval_subject"))
+        _state(self).grade(self, self.subject_fixture())
 
     def runtest(self) -> None:
         result = self.run.result
@@ -242,10 +293,4 @@ class ScenarioItem(pytest.Function):
             from ._terminal import failure_text
 
             return failure_text(self)
-        if isinstance(excinfo.value, AgentevalError):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
-
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        line = self.article.lines.get(self.scenario.id, 1)
-        return self.article.path, line - 1, f"{self.family.name}::{self.scenario.id}"
+        return super().repr_failure(excinfo, style)

@@ -132,7 +132,8 @@ def slug(name: str, *, max_len: int = 64) -> str:
 
 
 def rfc3339(when: datetime) -> str:
-    return when.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    # milliseconds: runs started within one second still order (agenteval drift, latest)
+    return when.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def node_dict(result: EvalResult) -> dict[str, Any]:

@@ -673,10 +673,12 @@ def build_view(
         first_anchor.setdefault(sc["id"], sc["anchor"])
     # the gate's list (declared critical severity), so the report, the terminal and the
     # gate name the same scenarios; a score-implied severity shows on each card instead
-    declared = {
-        str(cid).split(" (", 1)[0] for cid in (_get(s, "gate", "critical_failures") or ())
-    }
-    critical = [sc for sc in failed if sc["id"] in declared]
+    listed = _get(s, "gate", "critical_failures")
+    if isinstance(listed, list):
+        declared = {str(cid).split(" (", 1)[0] for cid in listed}
+        critical = [sc for sc in failed if sc["id"] in declared]
+    else:  # a summary written before the gate listed them: the severity of each scenario
+        critical = [sc for sc in failed if sc["severity"] == "critical"]
     # A steered grade is never a silent pass: every flagged item is listed, whatever its verdict.
     injection = sorted((sc for sc in scenarios if sc["injection"]), key=by_tree)
 

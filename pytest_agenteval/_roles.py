@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ._collect import AgentevalError, ScenarioItem
+from ._collect import ScenarioItem, no_subject
 from ._evidence import json_safe_record
 from ._golden_items import CalibrationItem
 
@@ -46,11 +46,26 @@ class RunPlugin:
         self.state.expect_items(items)
         if items:
             self.state.judges()
+            from ._batch import check_items
+
+            check_items(self.state, items)  # what --judge-batch cannot do: refused now
         first = next((i for i in items if isinstance(i, ScenarioItem)), None)
         if first is None or session.config.option.collectonly:
             return
         if self.state.subject_spec:
             self.state.spec_subject()
+        if getattr(self.state, "replay", None) is None:  # replayed answers call no tool
+            self.state.start_mcp(items)  # a server that does not start: usage error, now
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Under xdist, before the workers start: the controller checks the MCP servers."""
+        if (
+            not self.state.is_worker
+            and session.config.pluginmanager.hasplugin("dsession")
+            and getattr(self.state, "replay", None) is None
+        ):
+            self.state.probe_mcp()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -62,6 +77,17 @@ class RunPlugin:
         self.state.expect_ids(ids)
 
     # ---------------------------------------------------------------- grading
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
+        """With ``--judge-batch``: the calibration grades come from batches, gathered first."""
+        from ._batch import batch_options, run_batch_phase
+
+        if batch_options(session.config).enabled:
+            from ._progress import PROGRESS
+
+            run_batch_phase(self.state, session, session.config.stash.get(PROGRESS, None))
+        return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(
@@ -83,9 +109,12 @@ class RunPlugin:
         if call.when == "setup" and call.excinfo is not None and report.failed:
             message = self.state.setup_error_text(item, call.excinfo)
             report.longrepr = message
-            if isinstance(item, ScenarioItem) and item.payload is None:
+            if isinstance(item, ScenarioItem) and item.payload is None and not no_subject(message):
                 item.payload = self.state.error_payload_for(item, message)
         payload = getattr(item, "payload", None)
+        build = getattr(item, "build_payload", None)
+        if payload is None and build is not None and call.when == "setup" and report.skipped:
+            payload = item.payload = build()  # a golden entry skipped by its mark
         if payload is not None and (
             call.when == "call" or (call.when == "setup" and not report.passed)
         ):
@@ -114,6 +143,9 @@ class RunPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.state.stop_reason == "no subject" and not self.state.is_worker:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
         if self.state.is_worker or not self.state.has_work():
             return
         self.state.finish(session, exitstatus)
@@ -149,4 +181,4 @@ def _where(func: Any, config: pytest.Config) -> str:
     return f"{shown}:{line}"
 
 
-__all__ = ["SUBJECT_FIXTURE", "AgentevalError", "RunPlugin"]
+__all__ = ["SUBJECT_FIXTURE", "RunPlugin"]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._cost import Budget
 from ._run import NO_LIMIT, ScenarioRun, run_scenario
+from ._vocab import AgentevalError
 
 if TYPE_CHECKING:
     from ._collect import ScenarioItem
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class _Interrupted(Exception):
+class _Interrupted(AgentevalError):
     """A KeyboardInterrupt/SystemExit raised on the loop thread, carried to the main thread."""
 
     def __init__(self, original: BaseException) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from . import _settings as settings
-from ._collect import AgentevalError, ScenarioItem
+from ._collect import NO_SUBJECT, ScenarioItem
 from ._compat import is_agenteval_dir
 from ._cost import DEFAULT_RATES, Budget, parse_rates
 from ._evals import EvalResult
@@ -41,10 +41,12 @@ from ._gate import GateOutcome, decide_gate
 from ._judges import ConfigError, Judge
 from ._output import RunRecorder
 from ._redact import Redactor
+from ._replay import ReplayLog
 from ._scheduler import Scheduler, upcoming_items
 from ._subjects import describe
 from ._text import terminal_safe
 from ._tracebacks import describe_exception
+from ._vocab import SEVERITIES, ItemError
 from ._yaml import SpecError
 
 PAYLOAD_VERSION = 1
@@ -71,14 +73,26 @@ def bundled_families() -> dict[str, Path]:
 
 
 def _search_rootdir(rootdir: Path, name: str) -> Path | None:
+    """The family folder called *name* under the rootdir (4 levels deep at most).
+
+    Two folders of that name are ambiguous: a usage error naming both, never
+    a silent pick of the first one found.
+    """
     skip = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".agenteval"}
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(rootdir):
         dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
         if "benchmark.yaml" in filenames and Path(dirpath).name == name:
-            return Path(dirpath)
-        if Path(dirpath).relative_to(rootdir).parts.__len__() >= 4:
+            found.append(Path(dirpath))
+        if len(Path(dirpath).relative_to(rootdir).parts) >= 4:
             dirnames[:] = []
-    return None
+    if len(found) > 1:
+        shown = ", ".join(p.relative_to(rootdir).as_posix() for p in found)
+        raise pytest.UsageError(
+            f"family {name!r} is ambiguous: {len(found)} folders of that name under the rootdir "
+            f"({shown}); name the one you mean by its path"
+        )
+    return found[0] if found else None
 
 
 def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
@@ -158,6 +172,8 @@ class FamilyOutcome:
     started_at: str = ""
     #: summary.json keys of the pull-request check: suites, baseline, regression, comparison
     pr: dict[str, Any] = field(default_factory=dict)
+    #: with several conditions: each pillar's scores and the paired test against the first
+    conditions_comparison: dict[str, Any] | None = None
 
 
 @dataclass
@@ -331,6 +347,48 @@ def _merge_thresholds(base: Any, spec: Any) -> Any:
     )
 
 
+MAX_SAMPLES = 50  # as a preset's samples: N
+
+
+def _samples_option(config: pytest.Config) -> int | None:
+    """``--samples`` / ini ``agenteval_samples``: 1 to :data:`MAX_SAMPLES`; None when unset."""
+    if settings.raw(config, "agenteval_samples") is None:
+        return None
+    value = settings.integer(config, "agenteval_samples", 1, minimum=1)
+    if value > MAX_SAMPLES:
+        raise pytest.UsageError(
+            f"{settings.option_name('agenteval_samples')}: at most {MAX_SAMPLES} samples per "
+            f"scenario, got {value}"
+        )
+    return value
+
+
+def _note_replay(gate: GateOutcome, bucket: Collected, replay: ReplayLog) -> None:
+    """Say on the gate how much of the preset the replay covered (skips are not evidence)."""
+    records = list(bucket.records.values())
+    missing = sum(1 for r in records if (r.get("result") or {}).get("meta", {}).get("not_replayed"))
+    graded = len(records) - missing
+    note = f"replay {replay.shown}: {graded} of {len(records)} items graded from recorded answers"
+    if missing:
+        note += (
+            f"; {missing} not replayed (no recorded answer: skipped, not graded), so the gate "
+            "judged the replayed scenarios only"
+        )
+    gate.notes.append(note)
+
+
+def _replayed(replay: ReplayLog | None, items: list[Any]) -> list[Any]:
+    """Of the items to start ahead, those with a recorded answer (all, without --replay)."""
+    if replay is None:
+        return items
+    return [i for i in items if not isinstance(i, ScenarioItem) or _recorded_for(replay, i)]
+
+
+def _recorded_for(replay: ReplayLog, item: ScenarioItem) -> Any:
+    cond = item.condition.name if item.condition else None
+    return replay.lookup(item.scenario.id, cond, item.sample)
+
+
 class AgentevalState:
     """State of one pytest process for the agenteval plugin."""
 
@@ -349,6 +407,9 @@ class AgentevalState:
             config.getoption("agenteval_preset") or config.getini("agenteval_preset") or None
         )
         self.bench_roots = resolve_bench(config, self.bench) if self.bench else []
+        # --samples overrides every preset's samples: N (read before the presets resolve)
+        self.samples = _samples_option(config)
+        self.replay: ReplayLog | None = None
         self._check_preset_early()
         self.judge_specs = self._judge_specs()
         self.subject_spec = (
@@ -387,6 +448,9 @@ class AgentevalState:
         self.testrun_uid = worker["testrunuid"] if worker else uuid.uuid4().hex
         self.outcomes: list[FamilyOutcome] = []
         self.conditions = self._conditions(config)
+        self.mcp_host: Any = None  # the conditions' MCP servers, once started (_mcp.McpHost)
+        # condition -> server -> name/version/tools as the server reported them (manifest)
+        self.mcp_reported: dict[str, dict[str, Any]] = {}
         self.calibration_mode = _selects_calibration(str(config.getoption("markexpr", "") or ""))
         self.calibration_split = (
             config.getoption("agenteval_calibration_split")
@@ -419,6 +483,8 @@ class AgentevalState:
 
         # --baseline resolved and verified now, before any subject or judge is called
         self.pr = PullRequestCheck(self)
+        # --replay read and checked against the run's families now, before any judge call
+        self.replay = self._replay(config)
 
     # ------------------------------------------------------------------ configuration
 
@@ -585,15 +651,75 @@ class AgentevalState:
 
     @staticmethod
     def _conditions(config: pytest.Config) -> list[Any]:
-        from ._conditions import ConditionError, parse_conditions
+        from ._conditions import (
+            ConditionError,
+            load_conditions_file,
+            merge_conditions,
+            parse_conditions,
+        )
 
         specs = list(config.getoption("agenteval_condition") or []) or list(
             config.getini("agenteval_conditions") or []
         )
+        # --conditions=FILE (relative to where pytest runs) or the ini's (to the rootdir)
+        option = config.getoption("agenteval_conditions_file")
+        value = option or config.getini("agenteval_conditions_file") or None
+        base = Path(config.invocation_params.dir) if option else Path(config.rootpath)
         try:
-            return parse_conditions(specs, Path(config.rootpath))
+            from_file = load_conditions_file(base / str(value)) if value else []
+            return merge_conditions(from_file, parse_conditions(specs, Path(config.rootpath)))
+        except SpecError as exc:
+            raise pytest.UsageError(f"--conditions {exc}") from None
         except ConditionError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+    def start_mcp(self, items: list[Any]) -> None:
+        """Start the MCP servers of the conditions this process's items run under.
+
+        Once per process (under xdist each worker starts its own), on the
+        scheduler's event loop, before any item runs: a server that does not
+        start is a usage error before any paid call.
+        """
+        wanted = {i.condition.name for i in items if isinstance(i, ScenarioItem) and i.condition}
+        conditions = [c for c in self.conditions if c.name in wanted and c.mcp_servers]
+        if not conditions or self.mcp_host is not None:
+            return
+        from ._mcp import McpHost, McpStartError
+
+        self.mcp_host = McpHost(
+            conditions,
+            max_steps=settings.integer(self.config, "agenteval_mcp_max_steps", 8, minimum=1),
+        )
+        try:
+            self.scheduler.run_coro(self.mcp_host.start())
+        except McpStartError as exc:
+            raise pytest.UsageError(self.redactor.text(str(exc))) from None
+        for cond in conditions:
+            self.mcp_reported[cond.name] = self.mcp_host.reported(cond.name)
+
+    def probe_mcp(self) -> None:
+        """The xdist controller starts every server once, lists its tools and closes it,
+        before any worker starts: a server that does not start is a usage error shown
+        here (a worker's would end in xdist's "no active workers"), and the manifest
+        learns what each server reported. The workers then start their own."""
+        conditions = [c for c in self.conditions if c.mcp_servers]
+        if not conditions or self.config.option.collectonly:
+            return
+        from ._mcp import McpHost, McpStartError
+
+        host = McpHost(conditions)
+        try:
+            self.scheduler.run_coro(host.start())
+        except McpStartError as exc:
+            raise pytest.UsageError(self.redactor.text(str(exc))) from None
+        try:
+            for cond in conditions:
+                self.mcp_reported[cond.name] = host.reported(cond.name)
+        finally:
+            with contextlib.suppress(Exception):
+                self.scheduler.run_coro(host.aclose())
+            for cond in conditions:
+                cond.attach(None)  # the controller calls no subject
 
     def condition(self, name: str | None) -> Any:
         return next((c for c in self.conditions if c.name == name), None)
@@ -632,6 +758,8 @@ class AgentevalState:
                 self._plans[key] = resolve_plan(family, self.preset)
             except PresetError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            if self.samples is not None:
+                self._plans[key] = replace(self._plans[key], samples=self.samples)
             from ._run import preset_panel_problem
             from .plugin import judge_repeat
 
@@ -648,7 +776,7 @@ class AgentevalState:
         names = {family.name: f"scenarios of the {family.name} benchmark"}
         for pillar in family.spec.pillars:
             names[pillar.key] = f"scenarios of pillar {pillar.key} ({family.name})"
-        for sev in ("low", "medium", "high", "critical"):
+        for sev in SEVERITIES:
             names[sev] = f"scenarios of {sev} severity"
         for name, doc in names.items():
             if name not in self._markers:
@@ -669,10 +797,17 @@ class AgentevalState:
                 # closing is best effort: the run's outcome is already decided
                 with contextlib.suppress(Exception):
                     self.scheduler.run_coro(closer())
+        if self.mcp_host is not None:  # their sessions live on the loop: closed before it
+            host, self.mcp_host = self.mcp_host, None
+            with contextlib.suppress(Exception):
+                self.scheduler.run_coro(host.aclose())
         self.scheduler.close()
 
     def spec_subject(self) -> Callable[..., Any]:
         """The subject built from ``--subject`` (once per process)."""
+        if self._subject is None and self.replay is not None:  # recorded answers: no call
+            self._subject, self._subject_name = self.replay.subject(), self.replay.label()
+            self._subject_shared = True
         if self._subject is None:
             spec = str(self.subject_spec)
             subject = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
@@ -721,11 +856,24 @@ class AgentevalState:
         capman = self.config.pluginmanager.get_plugin("capturemanager")
         # called during an item's setup, where output is captured: step outside it
         quiet = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        fspath = getattr(reporter, "currentfspath", None)
         with quiet:
             reporter.ensure_newline()
             reporter.write_line(line, yellow="1 call in flight" in line)
+            if isinstance(fspath, Path):
+                # pytest writes the item's result letter next: give it back its "path " prefix
+                shown = os.path.relpath(fspath, getattr(reporter, "startpath", Path.cwd()))
+                reporter.write(f"{shown} ")
+                reporter.currentfspath = (
+                    fspath  # write_line reset it: the line is that file's again
+                )
 
     def subject_header(self) -> str:
+        if self.replay is not None:
+            return (
+                f"none called: --replay {self.replay.shown} ({len(self.replay.entries)} recorded "
+                f"answers, sha256 {self.replay.sha256[:12]}…)"
+            )
         if self.subject_spec:
             return f"--subject {self.subject_spec}"
         return "the agenteval_subject fixture (its file is named when it is set up)"
@@ -735,7 +883,7 @@ class AgentevalState:
             return self.spec_subject()
         subject = fixture_value
         if not callable(subject):
-            raise AgentevalError(
+            raise ItemError(
                 f"agenteval_subject fixture returned {type(subject).__name__}, not a callable"
             )
         self._subject_name = self._subject_name or describe(subject)
@@ -744,12 +892,124 @@ class AgentevalState:
     def subject_name(self) -> str:
         return self._subject_name or self.subject_spec or "agenteval_subject"
 
+    # ------------------------------------------------------------------ replay
+
+    def _replay(self, config: pytest.Config) -> ReplayLog | None:
+        """``--replay FILE``: read, checked against the run's families, made the subject."""
+        from ._replay import load_replay
+
+        value = settings.raw(config, "agenteval_replay")
+        if value is None:
+            return None
+        if config.getoption("agenteval_subject"):
+            raise pytest.UsageError(
+                "--replay grades recorded answers and calls no subject; drop --subject"
+            )
+        if self.calibration_mode:
+            raise pytest.UsageError(
+                "--replay grades benchmark scenarios; it does not apply to -m calibration"
+            )
+        base = Path(config.invocation_params.dir)
+        path = Path(str(value)) if Path(str(value)).is_absolute() else base / str(value)
+        try:
+            log = load_replay(path, str(value))
+            families = self._run_families()
+            ids = {s.id: f.name for f in families for a in f.articles for s in a.scenarios}
+            if families:  # a family that failed to load is a collection error of its own
+                log.check_against(
+                    ids, [c.name for c in self.conditions], [f.name for f in families]
+                )
+        except SpecError as exc:
+            raise pytest.UsageError(f"--replay {exc}") from None
+        self.subject_spec = log.label()  # items ask for no agenteval_subject fixture
+        self.subject_origin = {"kind": "replay", "file": log.shown, "sha256": log.sha256}
+        return log
+
+    def _run_families(self) -> list[Family]:
+        """The families this run names (``--bench``, or family paths on the command line)."""
+        found: dict[Path, Family] = {}
+        roots = list(self.bench_roots)
+        base = Path(self.config.invocation_params.dir)
+        if self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            roots += [(base / str(a).split("::", 1)[0]).resolve() for a in self.config.args]
+        for path in roots:
+            with contextlib.suppress(SpecError, ValueError, OSError):
+                if is_family_dir(path) or is_agenteval_dir(path):
+                    found.setdefault(path, self.family(path))
+                elif path.suffix in (".yaml", ".yml") and is_family_dir(path.parent):
+                    found.setdefault(path.parent, self.family(path.parent))
+                elif path.suffix in (".yaml", ".yml") and path.name != "benchmark.yaml":
+                    found.setdefault(path, self.single_family(path))
+        return list(found.values())
+
+    def replay_notes(self) -> list[str]:
+        """Header lines: what the replay file holds against each family's preset."""
+        if self.replay is None:
+            return []
+        log = self.replay
+        lines = [
+            f"agenteval: replay {log.shown}: {len(log.entries)} recorded answers "
+            f"({log.source}), no subject is called"
+        ]
+        conds = [c.name for c in self.conditions]
+        for family in self._run_families():
+            with contextlib.suppress(pytest.UsageError):
+                plan = self.plan(family)
+                ids = [s.id for a in plan.articles() for s in a.scenarios]
+                cov = log.coverage(ids, plan.samples, list(conds))
+                line = (
+                    f"agenteval: replay: {family.name} · preset {plan.preset}: "
+                    f"{cov['replayed']} items replayed, {cov['not_replayed']} not replayed "
+                    "(no recorded answer: skipped)"
+                )
+                if cov["unused"]:
+                    line += f"; {cov['unused']} answers for scenarios outside the preset unused"
+                if cov["beyond_samples"]:
+                    line += (
+                        f"; {cov['beyond_samples']} answers past sample {plan.samples} unused "
+                        "(--samples=N grades them)"
+                    )
+                lines.append(line)
+        return lines
+
+    def _not_replayed(self, item: ScenarioItem) -> Any:
+        """A skipped run for an item the replay file has no answer for (None otherwise)."""
+        if self.replay is None or _recorded_for(self.replay, item) is not None:
+            return None
+        from ._replay import not_replayed_reason
+        from ._run import ScenarioRun
+        from ._run import _leaf_meta as leaf_meta
+
+        cond = item.condition.name if item.condition else None
+        reason = not_replayed_reason(self.replay, item.scenario.id, cond, item.sample)
+        result = EvalResult(
+            key=item.scenario.id,
+            name=item.scenario.id,
+            score=None,
+            verdict="skipped",
+            kind="scenario",
+            weight=float(item.scenario.weight),
+            reasoning=reason,
+            meta={**leaf_meta(item.family, item.article, item.scenario), "not_replayed": True},
+        )
+        return ScenarioRun(result, None, (), {}, None, None)
+
+    def _replay_field(self, item: ScenarioItem) -> dict[str, Any]:
+        """``replay``: the file and line a replayed item's answer came from."""
+        if self.replay is None:
+            return {}
+        rec = _recorded_for(self.replay, item)
+        where = {"file": self.replay.shown, "sha256": self.replay.sha256}
+        return {"replay": {**where, "line": rec.line if rec is not None else None}}
+
     def grade(self, item: ScenarioItem, fixture_value: Any = None) -> None:
         subject = self.subject_for(item, fixture_value)
         judges = self.judges()
         upcoming = upcoming_items(item, 4 * self.scheduler.window) if self._subject_shared else []
         try:
-            run = self.scheduler.run(item, subject, judges, upcoming)
+            run = self._not_replayed(item) or self.scheduler.run(
+                item, subject, judges, _replayed(self.replay, upcoming)
+            )
         except ConfigError as exc:
             self.scheduler.cancel_pending()  # clients close in close(), on this loop
             self.stop_reason = f"configuration error: {exc}"
@@ -763,7 +1023,7 @@ class AgentevalState:
             item.user_properties.append(("agenteval_score", f"{result.score:.4f}"))
         item.user_properties.append(("agenteval_verdict", result.verdict))
         if result.verdict == "error":
-            raise AgentevalError(f"{item.scenario.id}: {result.error}")
+            raise ItemError(f"{item.scenario.id}: {result.error}")
         if result.verdict == "skipped":
             pytest.skip(result.reasoning or "nothing to grade")
 
@@ -777,7 +1037,7 @@ class AgentevalState:
         the exception and the frames of the user's code, not pytest's.
         """
         exc = excinfo.value
-        if isinstance(exc, (AgentevalError, pytest.skip.Exception)):
+        if isinstance(exc, (ItemError, pytest.skip.Exception)):
             text = str(exc)
         elif isinstance(exc, pytest.FixtureLookupError):
             text = f"fixture lookup failed: {_first_line(str(exc))}"
@@ -848,6 +1108,8 @@ class AgentevalState:
         the collection errors (file and line) are the whole story then."""
         if self.config.option.collectonly or (self.collection_errors and not self.reported):
             return False
+        if self.stop_reason == "no subject":
+            return False
         return bool(self.collected or self.calibration or self.expected or self.expected_ids)
 
     def _payload(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
@@ -870,13 +1132,48 @@ class AgentevalState:
             "usage": dict(run.usage),
             "cost": run.cost,
             "timings": {"subject_s": run.subject_latency_s, "judge_s": run.judge_latency_s},
+            **self._replay_field(item),
+            **self._mcp_fields(item, run),
         }
+
+    def _mcp_fields(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
+        """Under a condition with MCP servers: the item's tool calls, the tool loop's account,
+        and what the servers reported (for the controller's manifest; not in the record)."""
+        cond = item.condition
+        if cond is None or not cond.mcp_servers:
+            return {}
+        return {
+            "mcp_calls": list(getattr(run, "mcp_calls", ())),
+            "tool_loop": getattr(run, "tool_loop", None),
+            "mcp_servers": self.mcp_reported.get(cond.name, {}),
+        }
+
+    def _compare_conditions(self, trees: dict[Any, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+        """Family × preset -> the comparison of its conditions (two or more), the first
+        declared condition the reference."""
+        from ._conditions import compare_conditions, scores_of
+
+        order = [c.name for c in self.conditions]
+        groups: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        for (root, preset, condition), tree in trees.items():
+            if condition:
+                groups.setdefault((root, preset), []).append((condition, tree))
+        out = {}
+        for key, members in groups.items():
+            if len(members) < 2 or all(tree is None or tree.score is None for _, tree in members):
+                continue  # nothing graded (a run stopped before any item): nothing to compare
+            members.sort(key=lambda m: order.index(m[0]) if m[0] in order else len(order))
+            out[key] = compare_conditions([scores_of(name, tree) for name, tree in members])
+        return out
 
     # ------------------------------------------------------------------ controller side
 
     def record(self, report: pytest.TestReport) -> None:
         payload = getattr(report, "agenteval", None)
         if not isinstance(payload, dict):
+            if report.failed and NO_SUBJECT in (report.longreprtext or ""):
+                self.stop_reason = "no subject"  # a usage error: no evidence to keep
+                return
             lost = report.failed and report.when not in ("setup", "call", "teardown")
             ref = self._ref_for(report.nodeid) if report.failed else None
             if ref is not None and report.nodeid not in self.reported:
@@ -897,6 +1194,11 @@ class AgentevalState:
     def _ingest(self, payload: dict[str, Any]) -> None:
         """Take one item's record: the tree's leaves, the evidence chain."""
         self._learn_origin(payload.pop("subject_origin", None))
+        # for the manifest (xdist: from a worker; read, not popped: a worker's own pass
+        # over its report must leave the key for the controller)
+        servers = payload.get("mcp_servers")
+        if servers and payload.get("condition"):
+            self.mcp_reported.setdefault(str(payload["condition"]), servers)
         if payload.get("nodeid"):
             self.reported.add(payload["nodeid"])
         if payload.get("kind") == "calibration":
@@ -1007,19 +1309,24 @@ class AgentevalState:
         return self.plan(family)
 
     def _record_calibration(self, payload: dict[str, Any]) -> None:
-        bucket = self.calibration.get(payload["family_root"])
-        if bucket is None:
-            bucket = self.calibration[payload["family_root"]] = CalibrationBucket(
-                payload["family_root"], self.preset or "standard", False, payload["subject"]
-            )
+        bucket = self.calibration_bucket(payload["family_root"], payload["subject"])
         (bucket.skipped if payload.get("skip_reason") else bucket.rows).append(payload)
-        if self.is_worker:
-            return
-        if bucket.recorder is None:
-            family = self.family(Path(payload["family_root"]))
+        if bucket.recorder is not None:
+            bucket.recorder.add(payload)
+
+    def calibration_bucket(self, family_root: str, subject: str) -> CalibrationBucket:
+        """One family's calibration run; on the controller its run directory exists from now
+        on (batch judging creates it before any item runs, to keep the batch's state)."""
+        bucket = self.calibration.get(family_root)
+        if bucket is None:
+            bucket = self.calibration[family_root] = CalibrationBucket(
+                family_root, self.preset or "standard", False, subject
+            )
+        if bucket.recorder is None and not self.is_worker:
+            family = self.family(Path(family_root))
             files = sorted({r for r in self._golden_files(family)})
             bucket.recorder = RunRecorder(self, bucket, self.plan(family), extra_files=files)
-        bucket.recorder.add(payload)
+        return bucket
 
     def _golden_files(self, family: Family) -> list[Path]:
         return [Path(p) for p in self._golden_paths.get(family.name, [])]
@@ -1037,12 +1344,17 @@ class AgentevalState:
             pytest.ExitCode.INTERNAL_ERROR,
         )
         self._account_for_missing(interrupted)
-        for _key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
-            plan = self._plan_for(bucket)
-            tree = build_tree(
-                plan,
+        trees = {
+            key: build_tree(
+                self._plan_for(bucket),
                 {sid: [r for _, r in sorted(runs.items())] for sid, runs in bucket.leaves.items()},
             )
+            for key, bucket in self.collected.items()
+        }
+        comparisons = self._compare_conditions(trees)
+        for key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
+            plan = self._plan_for(bucket)
+            tree = trees[key]
             terms = self.pr.family_terms(plan, tree, bucket)
             gate = decide_gate(
                 plan,
@@ -1052,7 +1364,10 @@ class AgentevalState:
                 regression=terms.comparison.regression if terms.comparison else None,
                 baseline_label=terms.baseline_label,
             )
+            if self.replay is not None:
+                _note_replay(gate, bucket, self.replay)
             outcome = FamilyOutcome(plan, tree, gate, bucket, pr=terms.fields)
+            outcome.conditions_comparison = comparisons.get(key[:2]) if key[2] else None
             self.outcomes.append(outcome)
             recorder = bucket.recorder
             if recorder is None:

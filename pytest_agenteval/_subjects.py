@@ -3,9 +3,14 @@
 A subject is a callable taking the prompt and returning text or a
 :class:`Response` — sync or async. It may also accept, by name, any of the
 keyword arguments in :data:`CONTEXT_ARGS` (``tools``, ``messages``,
-``system``, ``scenario``); only those it names are passed, as pytest does
-with fixtures. Sync subjects run in a worker thread so that the event loop
-keeps other calls in flight.
+``system``, ``scenario``, ``condition``, ``call_tool``); only those it names
+are passed, as pytest does with fixtures. Sync subjects run in a worker
+thread so that the event loop keeps other calls in flight.
+
+Under a condition with MCP servers, ``tools`` also holds the servers' tools
+(OpenAI's tools shape) and ``call_tool`` is an async ``call_tool(name,
+arguments) -> str`` returning the tool's text (a sync subject uses
+``call_tool.blocking(name, arguments)``); each call is recorded with the item.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from typing import Any, Protocol
 
 from ._checks import Answer, ToolCall
 from ._tracebacks import describe_exception
+from ._vocab import SubjectError
 
 __all__ = ["Response", "Subject", "SubjectError", "call_subject", "load_callable"]
 
-CONTEXT_ARGS = ("tools", "messages", "system", "scenario", "condition")
+CONTEXT_ARGS = ("tools", "messages", "system", "scenario", "condition", "call_tool")
 
 
 class Subject(Protocol):
@@ -36,15 +42,12 @@ class Subject(Protocol):
 
     Sync or async; returns text, a :class:`Response`, or a mapping with
     ``text``. It may accept, by name, any of :data:`CONTEXT_ARGS` (``tools``,
-    ``messages``, ``system``, ``scenario``, ``condition``); only those it
-    names are passed.
+    ``messages``, ``system``, ``scenario``, ``condition``, ``call_tool``); only
+    those it names are passed (``call_tool`` only under a condition with MCP
+    servers).
     """
 
     def __call__(self, prompt: str, /, **context: Any) -> Any: ...
-
-
-class SubjectError(Exception):
-    """The subject could not answer: the item is an ERROR."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
                 extra = (
                     f"  ({c['pass']}/{sum(c.values())} pass"
                     + (f", {c['error']} error" if c["error"] else "")
+                    + (f", {c['skipped']} skipped" if c["skipped"] else "")
                     + (f", {flagged} injection suspected" if flagged else "")
                     + ")"
                 )

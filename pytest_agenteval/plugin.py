@@ -117,6 +117,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _option(
         parser,
         group,
+        "--judge-batch",
+        action="store_true",
+        ini_type="bool",
+        help="grade calibration entries through the provider's batch API (OpenAI Batch API, "
+        "Anthropic Message Batches): half the price, answered within 24 h; a run stopped while "
+        "its batch is pending resumes when the same command is run again",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-batch-poll",
+        metavar="SECONDS",
+        help="how often --judge-batch asks the provider whether its batch has ended (default 30)",
+    )
+    _option(
+        parser,
+        group,
+        "--judge-batch-wait",
+        metavar="SECONDS",
+        help="how long --judge-batch waits for its batch before the run stops, resumable "
+        "(default: until the batch ends; 0: submit and stop)",
+    )
+    _option(
+        parser,
+        group,
+        "--agenteval-progress",
+        choices=("auto", "line", "plain", "off"),
+        help="progress of the run: a status line on the bottom row of a terminal (line), "
+        "periodic lines (plain), auto (default: line on a terminal, else plain after 10 s) or off",
+    )
+    _option(
+        parser,
+        group,
         "--subject",
         metavar="SPEC",
         help="agent under test: module:callable (default: the agenteval_subject fixture)",
@@ -159,6 +192,67 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
         help="conditions, one 'NAME = [system-prompt file]' line each",
+    )
+    group.addoption(
+        "--conditions",
+        dest="agenteval_conditions_file",
+        metavar="FILE",
+        help="conditions from a YAML file: a name, a system prompt and MCP servers (stdio "
+        "command or streamable-HTTP url) each (ini: agenteval_conditions_file)",
+    )
+    parser.addini(
+        "agenteval_conditions_file",
+        help="YAML file of conditions (name, system_prompt, mcp_servers), rootdir-relative",
+    )
+    _option(
+        parser,
+        group,
+        "--mcp-max-steps",
+        metavar="N",
+        help="model calls an openai:/anthropic: subject may make per item when a condition "
+        "offers MCP tools (default 8)",
+    )
+    _option(
+        parser,
+        group,
+        "--samples",
+        metavar="N",
+        help="ask the subject N times per scenario (items id[s1] … id[sN]): each scenario "
+        "reports the mean, standard deviation and a 95-percent interval; overrides the "
+        "preset's samples (1 to 50)",
+    )
+    _option(
+        parser,
+        group,
+        "--replay",
+        metavar="FILE.jsonl",
+        help="grade recorded answers instead of calling a subject: lines of "
+        '{"scenario_id", "answer", "tool_calls"?, "condition"?, "sample"?}, or an earlier '
+        "run's results.jsonl",
+    )
+    _option(
+        parser,
+        group,
+        "--pairwise",
+        metavar="A,B",
+        help="compare two sides by preference instead of grading: each side a condition "
+        "(--condition) or subject:SPEC; an LLM judge sees both answers in random order and "
+        "prefers one or neither (items id[pairwise])",
+    )
+    _option(
+        parser,
+        group,
+        "--pairwise-swap",
+        metavar="SHARE",
+        help="share of scenarios judged again with the order swapped, to measure position "
+        "bias (default 0.25)",
+    )
+    _option(
+        parser,
+        group,
+        "--pairwise-seed",
+        metavar="N",
+        help="seed of the order each pair is shown in (default: drawn per run and recorded)",
     )
     _option(
         parser,
@@ -259,7 +353,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "agenteval: a scenario of an agent benchmark")
     config.addinivalue_line("markers", "calibration: a golden-dataset entry graded by the judge")
+    config.addinivalue_line(
+        "markers", "replay: a scenario graded from a recorded answer (--replay)"
+    )
     if not _run_requested(config):
+        if config.getoption("agenteval_replay"):
+            raise pytest.UsageError(
+                "--replay grades a family's scenarios: name the family too "
+                "(--bench=FAMILY or its folder)"
+            )
+        if config.getoption("agenteval_pairwise"):
+            raise pytest.UsageError(
+                "--pairwise compares two sides on a family's scenarios: name the family too "
+                "(--bench=FAMILY or its folder)"
+            )
         return  # a plain pytest run: nothing of ours is imported or registered
     from ._roles import RunPlugin
     from ._session import AgentevalState
@@ -267,6 +374,16 @@ def pytest_configure(config: pytest.Config) -> None:
     state = AgentevalState(config)
     config.stash[STATE] = state
     config.pluginmanager.register(RunPlugin(state), "agenteval-run")
+    from ._batch import check_options
+    from ._progress import ProgressPlugin
+
+    if not state.is_worker:
+        check_options(config)  # --judge-batch under -n: refused before collection
+    config.pluginmanager.register(ProgressPlugin(state), "agenteval-progress")
+    if config.getoption("agenteval_pairwise") or config.getini("agenteval_pairwise"):
+        from ._pairwise_run import configure as configure_pairwise
+
+        configure_pairwise(config, state)  # --pairwise=A,B: comparison items, its own run
     if config.pluginmanager.hasplugin("html"):  # pytest-html: score, verdict, gate, reasoning
         from ._html import register_html
 
@@ -350,6 +467,14 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if state is None:
         return None
     notes = _family_notes(state, config)
+    if state.calibration_mode:  # golden entries graded by the judge: no subject, no preset
+        fams = (
+            ", ".join(_family_name(state, p) for p in state.bench_roots) or "from the golden files"
+        )
+        return [
+            f"agenteval: calibration of judge {state.judge_label()} · families {fams}",
+            *notes,
+        ]
     if not state.bench_roots:
         return notes or None
     fams = ", ".join(_family_name(state, p) for p in state.bench_roots)
@@ -357,6 +482,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"agenteval: bench {fams} · preset {state.preset or 'smoke (default)'}",
         f"agenteval: judge {state.judge_label()}",
         f"agenteval: subject {state.subject_header()}",
+        *state.replay_notes(),
         *notes,
     ]
 

@@ -9,7 +9,7 @@ from demo_family import make_demo
 # in-process runs drop modules first imported inside them, so a conftest's
 # `from pytest_agenteval import Response` could meet a re-imported, different
 # class on the next run; importing the machinery here keeps one copy.
-import pytest_agenteval._calibration  # noqa: F401  (numpy cannot be imported twice)
+import pytest_agenteval._calibration
 import pytest_agenteval._session  # noqa: F401
 
 

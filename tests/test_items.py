@@ -444,7 +444,7 @@ def test_reports_never_offer_a_head_that_fails_verify(pytester: pytest.Pytester)
     family(
         pytester,
         "import pytest\n\n@pytest.fixture(scope='session')\n"
-        "def agenteval_subject():\n    return lambda p: \"I can't help with that.\"\n",
+        'def agenteval_subject():\n    return lambda p: "I can\'t help with that."\n',
     )
     pytester.runpytest("--bench=demo")
     run = run_dir(pytester)
@@ -453,3 +453,19 @@ def test_reports_never_offer_a_head_that_fails_verify(pytester: pytest.Pytester)
         text = (run / name).read_text()
         assert "--expect-head HEAD" in text
         assert f"--expect-head {records_head}" not in text
+
+
+def test_the_tree_counts_skipped_items(pytester: pytest.Pytester) -> None:
+    family(
+        pytester,
+        "import pytest\n\n@pytest.fixture(scope='session')\n"
+        'def agenteval_subject():\n    return lambda p: "I can\'t help with that. hello"\n',
+    )
+    only_llm = DISCLOSE.replace(
+        '      - text: Says it is an AI\n        check: {any: ["AI", "artificial intelligence"]}',
+        "      - Says it is an AI",
+    )
+    assert only_llm != DISCLOSE
+    (pytester.path / "demo" / "disclose.yaml").write_text(only_llm)
+    result = pytester.runpytest("--bench=demo")
+    result.stdout.fnmatch_lines(["*demo.disclose  (0/1 pass, 1 skipped)*"])

@@ -51,9 +51,7 @@ def test_public_api_resolves_and_is_typed() -> None:
 
 FAMILY_FILES = {
     m.group(1): m.group(0).split("\n", 1)[1]
-    for m in re.finditer(
-        r"^# (my-bench/[\w.-]+\.yaml).*?(?=^```)", README.read_text(), re.S | re.M
-    )
+    for m in re.finditer(r"^# (my-bench/[\w.-]+\.yaml).*?(?=^```)", README.read_text(), re.S | re.M)
 }
 
 SUBJECT = """\
