@@ -28,7 +28,8 @@ from typing import Any
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
 
-def _fraction(text: str) -> float:
+def fraction_arg(text: str) -> float:
+    """An argparse type: a finite number in [0, 1] (shared by the agenteval commands)."""
     try:
         value = float(text)
     except ValueError:
@@ -50,10 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("candidate", type=Path, metavar="RUN_B", help="the run to compare")
     parser.add_argument("--format", choices=("text", "md", "json"), default="text")
     parser.add_argument(
-        "--regression-max", type=_fraction, metavar="X", help="largest significant drop allowed"
+        "--regression-max", type=fraction_arg, metavar="X", help="largest significant drop allowed"
     )
     parser.add_argument(
-        "--regression-alpha", type=_fraction, metavar="P", help="significance level (default 0.05)"
+        "--regression-alpha", type=fraction_arg, metavar="P", help="significance level (default 0.05)"
     )
     return parser
 

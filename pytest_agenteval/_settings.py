@@ -45,6 +45,16 @@ def raw(config: pytest.Config, dest: str) -> Any:
     return ini if ini not in (None, "", []) else None
 
 
+def as_float(value: object) -> float:
+    """*value* as a float; NaN (which no check accepts) when it is not a number."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def number(
     config: pytest.Config,
     dest: str,
@@ -58,10 +68,7 @@ def number(
     value = raw(config, dest)
     if value is None:
         return default
-    try:
-        parsed = float(value)
-    except (TypeError, ValueError):
-        parsed = math.nan
+    parsed = as_float(value)
     ok = math.isfinite(parsed) and (parsed >= minimum if inclusive else parsed > minimum)
     if not ok:
         bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
@@ -120,10 +127,7 @@ def fraction(
     value = raw(config, dest)
     if value is None:
         return default
-    try:
-        parsed = float(value)
-    except (TypeError, ValueError):
-        parsed = math.nan
+    parsed = as_float(value)
     inside = 0.0 < parsed < 1.0 if open_interval else 0.0 <= parsed <= 1.0
     if not (math.isfinite(parsed) and inside) or isinstance(value, bool):
         bounds = "between 0 and 1, exclusive" if open_interval else "between 0 and 1"

@@ -274,13 +274,9 @@ def candidates(run_dir: Path, margin: float) -> tuple[list[Candidate], dict[str,
 
 
 def _margin(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
+    from ._compare_cli import fraction_arg
+
+    return fraction_arg(text)
 
 
 def build_parser() -> argparse.ArgumentParser:

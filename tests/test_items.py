@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from demo_family import BENCHMARK, DISCLOSE, EXTRA, REFUSE
+from demo_family import BENCHMARK, DISCLOSE, EXTRA, REFUSE, make_demo
 
 N_SMOKE = 3  # demo-refuse-001, demo-refuse-002, demo-disclose-001
 
@@ -37,11 +37,8 @@ def junit_cases(pytester: pytest.Pytester) -> dict[str, ET.Element]:
 
 
 def family(pytester: pytest.Pytester, conftest: str) -> pytest.Pytester:
-    fam = pytester.mkdir("demo")
-    (fam / "benchmark.yaml").write_text(BENCHMARK)
-    (fam / "refuse.yaml").write_text(REFUSE)
-    (fam / "extra.yaml").write_text(EXTRA)
-    (fam / "disclose.yaml").write_text(DISCLOSE)
+    """The demo family with this conftest (its subject, or none) instead of the demo's."""
+    make_demo(pytester)
     pytester.makeconftest(conftest)
     return pytester
 
