@@ -103,7 +103,12 @@ def live_calls(server: FakeLLMServer) -> list[RecordedRequest]:
 
 
 def run_dirs(pytester: pytest.Pytester) -> list[Path]:
-    return sorted(p.parent for p in (pytester.path / ".agenteval").rglob("manifest.json"))
+    """Run directories, oldest first: by start time (milliseconds), not by name — two runs
+    started within one second share the name's timestamp and then sort by their hash."""
+    manifests = (pytester.path / ".agenteval").rglob("manifest.json")
+    return [
+        m.parent for m in sorted(manifests, key=lambda m: json.loads(m.read_text())["started_at"])
+    ]
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:

@@ -21,7 +21,10 @@ N_SMOKE = 3  # demo-refuse-001, demo-refuse-002, demo-disclose-001
 
 
 def run_dir(pytester: pytest.Pytester) -> Path:
-    found = sorted((pytester.path / ".agenteval" / "runs").rglob("summary.json"))
+    found = sorted(
+        (pytester.path / ".agenteval" / "runs").rglob("summary.json"),
+        key=lambda f: json.loads(f.read_text())["started_at"],  # names tie within a second
+    )
     assert found, "no run directory written"
     return found[-1].parent
 

@@ -10,7 +10,10 @@ from demo_family import BENCHMARK, COMPAT, DISCLOSE, EXTRA, REFUSE, SUBJECT
 
 
 def summary(pytester: pytest.Pytester) -> dict:
-    found = sorted((pytester.path / ".agenteval" / "runs").rglob("summary.json"))
+    found = sorted(
+        (pytester.path / ".agenteval" / "runs").rglob("summary.json"),
+        key=lambda f: json.loads(f.read_text())["started_at"],  # names tie within a second
+    )
     assert found, "no summary.json written"
     return json.loads(found[-1].read_text())
 
