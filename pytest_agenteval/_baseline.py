@@ -71,6 +71,8 @@ class Baseline:
     run_id: str
     chain_head: str  # the seal's hash: what `agenteval verify --expect-head` takes
     summary: Mapping[str, Any]
+    #: why the run did not complete (only when loaded with ``require_complete=False``)
+    incomplete: str | None = None
 
     @property
     def family(self) -> str:
@@ -154,6 +156,7 @@ def load_run(run_dir: Path, *, require_complete: bool = True) -> Baseline:
         run_id=str(summary.get("run_id") or ""),
         chain_head=str(result.head or ""),
         summary=summary,
+        incomplete=None if result.complete else result.message,
     )
 
 

@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--regression-max", type=fraction_arg, metavar="X", help="largest significant drop allowed"
     )
     parser.add_argument(
-        "--regression-alpha", type=fraction_arg, metavar="P", help="significance level (default 0.05)"
+        "--regression-alpha",
+        type=fraction_arg,
+        metavar="P",
+        help="significance level (default 0.05)",
     )
     return parser
 
@@ -108,13 +111,10 @@ def main(argv: list[str]) -> int:
         base.summary, cand.summary, alpha=alpha, regression_max=bound, baseline_ref=ref
     )
     data = summary_fields(comparison, ref)
-    from ._evidence import verify_run
-
-    checked = verify_run(args.candidate)
-    if not checked.complete:
+    if cand.incomplete is not None:
         # said, not refused: comparing a partial run is useful, but never silently
         note = (
-            f"note: {args.candidate} did not complete ({checked.message}); only the scenarios "
+            f"note: {args.candidate} did not complete ({cand.incomplete}); only the scenarios "
             "it graded are compared, and a missing scenario is neither better nor worse"
         )
         print(f"agenteval compare: {note}", file=sys.stderr)

@@ -298,16 +298,9 @@ class SkippedEntry(CalibrationItem):
             self.add_marker(marker)
 
     def setup(self) -> None:
-        self.payload = self.build_payload()
-        pytest.skip(
-            f"{self.entry.path.name}:{self.entry.line}: {self.entry.id}: {self.triaged.detail}"
-        )
-
-    def build_payload(self) -> dict[str, Any]:
-        """The evidence record of this skipped entry (built when pytest reports the skip)."""
         judges = self.config.stash[STATE].judges()
         e, t = self.entry, self.triaged
-        return {
+        self.payload = {
             "v": 1,
             "kind": "calibration",
             "family": self.family.name,
@@ -339,6 +332,7 @@ class SkippedEntry(CalibrationItem):
             "subject": "calibration-" + "+".join(getattr(j, "name", "judge") for j in judges),
             "nodeid": self.nodeid,
         }
+        pytest.skip(f"{e.path.name}:{e.line}: {e.id}: {t.detail}")
 
     def runtest(self) -> None:  # never reached: setup skips
         raise AssertionError("a skipped golden entry cannot run")

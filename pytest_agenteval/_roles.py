@@ -112,9 +112,6 @@ class RunPlugin:
             if isinstance(item, ScenarioItem) and item.payload is None and not no_subject(message):
                 item.payload = self.state.error_payload_for(item, message)
         payload = getattr(item, "payload", None)
-        build = getattr(item, "build_payload", None)
-        if payload is None and build is not None and call.when == "setup" and report.skipped:
-            payload = item.payload = build()  # a golden entry skipped by its mark
         if payload is not None and (
             call.when == "call" or (call.when == "setup" and not report.passed)
         ):

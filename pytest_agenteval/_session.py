@@ -1108,8 +1108,6 @@ class AgentevalState:
         the collection errors (file and line) are the whole story then."""
         if self.config.option.collectonly or (self.collection_errors and not self.reported):
             return False
-        if self.stop_reason == "no subject":
-            return False
         return bool(self.collected or self.calibration or self.expected or self.expected_ids)
 
     def _payload(self, item: ScenarioItem, run: Any) -> dict[str, Any]:

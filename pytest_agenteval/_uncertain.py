@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ._compare_cli import fraction_arg
 from ._vocab import GRADED, Bands
 
 EXIT_OK, EXIT_TAMPERED, EXIT_USAGE = 0, 1, 2
@@ -273,12 +274,6 @@ def candidates(run_dir: Path, margin: float) -> tuple[list[Candidate], dict[str,
 # --------------------------------------------------------------------------- command
 
 
-def _margin(text: str) -> float:
-    from ._compare_cli import fraction_arg
-
-    return fraction_arg(text)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agenteval uncertain",
@@ -290,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory")
     parser.add_argument(
         "--margin",
-        type=_margin,
+        type=fraction_arg,
         default=DEFAULT_MARGIN,
         metavar="X",
         help=f"pick scores within X of a band edge (default {DEFAULT_MARGIN})",
