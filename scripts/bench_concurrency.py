@@ -99,6 +99,34 @@ async def bare_loop(base_url: str, n: int, concurrency: int, system: str, user: 
     return elapsed
 
 
+def bench_env(server: FakeLLMServer) -> dict[str, str]:
+    """This environment without pytest/provider settings, pointed at the fake server."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "OPENAI_", "ANTHROPIC_"))
+    }
+    env.update(OPENAI_BASE_URL=server.openai_base_url, NO_PROXY="127.0.0.1,localhost")
+    return env
+
+
+def pytest_command(fam: Path, work: Path, concurrency: int) -> list[str]:
+    """The benchmark run: the family, an instant subject, one LLM judge call per scenario."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(fam),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--subject=agent:answer",
+        "--judge=openai:bench-judge",
+        f"--agenteval-concurrency={concurrency}",
+        f"--agenteval-out={work / 'out'}",
+    ]
+
+
 def timed(
     cmd: list[str], cwd: Path, env: dict[str, str]
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -123,25 +151,8 @@ def main() -> int:
     ):
         work = Path(tmp)
         fam = write_family(work, args.scenarios)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("PYTEST_", "OPENAI_", "ANTHROPIC_"))
-        }
-        env.update(OPENAI_BASE_URL=server.openai_base_url, NO_PROXY="127.0.0.1,localhost")
-        base = [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(fam),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--subject=agent:answer",
-            "--judge=openai:bench-judge",
-            f"--agenteval-concurrency={args.concurrency}",
-            f"--agenteval-out={work / 'out'}",
-        ]
+        env = bench_env(server)
+        base = pytest_command(fam, work, args.concurrency)
         system = (ROOT / "pytest_agenteval" / "prompts" / "default-judge.v1.md").read_text()
         user = "Grade the answer to question {i}.\n" + "x" * 1500
 

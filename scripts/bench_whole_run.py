@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_concurrency import grade_reply, write_family  # noqa: E402
+from bench_concurrency import bench_env, grade_reply, pytest_command, write_family  # noqa: E402
 from fakellm import FakeLLMServer  # noqa: E402
 
 BARE = textwrap.dedent(
@@ -105,25 +104,8 @@ def main() -> int:
         fam = write_family(work, args.scenarios)
         (work / "bare.py").write_text(BARE)
         system = ROOT / "pytest_agenteval" / "prompts" / "default-judge.v1.md"
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("PYTEST_", "OPENAI_", "ANTHROPIC_"))
-        }
-        env.update(OPENAI_BASE_URL=server.openai_base_url, NO_PROXY="127.0.0.1,localhost")
-        plugin = [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(fam),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--subject=agent:answer",
-            "--judge=openai:bench-judge",
-            f"--agenteval-concurrency={args.concurrency}",
-            f"--agenteval-out={work / 'out'}",
-        ]
+        env = bench_env(server)
+        plugin = pytest_command(fam, work, args.concurrency)
         bare = [sys.executable, "bare.py", str(args.scenarios), str(args.concurrency), str(system)]
         rows: list[dict[str, float]] = []
         for i in range(args.repeats):
