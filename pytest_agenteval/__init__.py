@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs
         aggregate,
         band_verdict,
     )
-    from ._judges import Grade, GradeRequest, Judge, NotGradable, RulesJudge
-    from ._subjects import Response, Subject
     from ._vocab import (
         AgentevalError,
         ConfigError,
@@ -37,6 +35,8 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs
         SpecError,
         SubjectError,
     )
+    from .judges._base import Grade, GradeRequest, Judge, NotGradable, RulesJudge
+    from .subjects._base import Response, Subject
 
 # Imported on first use, so that loading the plugin (every pytest run) stays cheap.
 _LAZY = {
@@ -60,13 +60,13 @@ _LAZY = {
     "NestingError": "_evals",
     "aggregate": "_evals",
     "band_verdict": "_evals",
-    "Grade": "_judges",
-    "GradeRequest": "_judges",
-    "Judge": "_judges",
-    "NotGradable": "_judges",
-    "RulesJudge": "_judges",
-    "Response": "_subjects",
-    "Subject": "_subjects",
+    "Grade": "judges._base",
+    "GradeRequest": "judges._base",
+    "Judge": "judges._base",
+    "NotGradable": "judges._base",
+    "RulesJudge": "judges._base",
+    "Response": "subjects._base",
+    "Subject": "subjects._base",
     "AgentevalError": "_vocab",
     "ConfigError": "_vocab",
     "EvidenceError": "_vocab",

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = args[0], args[1:]
     if command == "verify":
-        from ._verify_cli import main as verify_main
+        from .evidence._verify_cli import main as verify_main
 
         return verify_main(rest)
     if command == "golden-stats":

@@ -10,7 +10,7 @@
 * the path of one run directory (``manifest.json`` and ``results.jsonl`` inside):
   that run, for the family it belongs to.
 
-Whatever is chosen is checked with :func:`~pytest_agenteval._evidence.verify_run`
+Whatever is chosen is checked with :func:`~pytest_agenteval.evidence._chain.verify_run`
 first: a run whose evidence does not verify (a changed, added or deleted
 file, a broken chain) is a :class:`BaselineError`, which the plugin turns
 into a usage error before any subject or judge is called. While searching,
@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._evidence import (
+from ._vocab import ConfigError
+from .evidence._chain import (
     MANIFEST_NAME,
     RESULTS_NAME,
     _read_small,
@@ -42,8 +43,7 @@ from ._evidence import (
     verify_run,
     write_file_atomic,
 )
-from ._output import slug
-from ._vocab import ConfigError
+from .evidence._run_dir import slug
 
 __all__ = [
     "Baseline",

@@ -386,8 +386,8 @@ def calibration_cost(
 
     ``usd`` is None once any grade's model has no known rate.
     """
-    from ._batch import grade_cost
     from ._cost import add
+    from .judges._batch import grade_cost
 
     zero: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     total: dict[str, Any] = dict(zero)

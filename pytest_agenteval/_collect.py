@@ -17,10 +17,10 @@ import pytest
 
 from ._conditions import Condition
 from ._family import Article, Family, Plan
-from ._judges import criteria_from
 from ._spec import Scenario
 from ._stash import STATE
 from ._vocab import AgentevalError, ItemError, SpecError
+from .judges._base import criteria_from
 
 if TYPE_CHECKING:
     from ._session import AgentevalState
@@ -290,7 +290,7 @@ class ScenarioItem(SubjectItem):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):
-            from ._terminal import failure_text
+            from .reports._terminal import failure_text
 
             return failure_text(self)
         return super().repr_failure(excinfo, style)

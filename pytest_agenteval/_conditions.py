@@ -168,7 +168,7 @@ class McpServerSpec:
 
     def describe(self, reported: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """What the manifest records: never an env or header value, never URL userinfo."""
-        from ._redact import endpoint
+        from .evidence._redact import endpoint
 
         out: dict[str, Any] = {"name": self.name, "transport": self.transport}
         if self.command is not None:

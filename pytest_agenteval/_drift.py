@@ -2,7 +2,7 @@
 
 The runs
     Every run directory of the family under ``OUT_DIR/runs/<family>/`` is
-    checked with :func:`~pytest_agenteval._evidence.verify_run` first. A run
+    checked with :func:`~pytest_agenteval.evidence._chain.verify_run` first. A run
     whose evidence does not verify, or that did not complete (interrupted,
     still running), is skipped with a note naming it; so is one without the
     metric (a pairwise run has no score, a benchmark run no ``kappa``). The
@@ -235,8 +235,8 @@ def collect(
 ) -> Collected:
     """The verified, complete runs of one series of *family* under *out_dir*, oldest first."""
     from ._baseline import _read_summary, is_run_dir
-    from ._evidence import verify_run
-    from ._output import slug
+    from .evidence._chain import verify_run
+    from .evidence._run_dir import slug
 
     if metric not in METRICS:
         raise DriftError(f"--metric: one of {', '.join(METRICS)}, got {metric!r}")
@@ -948,7 +948,7 @@ def main(argv: list[str]) -> int:
         print(f"agenteval drift: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.html is not None:
-        from ._evidence import write_file_atomic
+        from .evidence._chain import write_file_atomic
 
         try:
             write_file_atomic(args.html, render_html(report, args.out_dir).encode("utf-8"))

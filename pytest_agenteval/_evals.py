@@ -490,7 +490,7 @@ class AtomicJudgeEval:
     """One judge-graded eval: a judge scores an answer against criteria.
 
     *judge* is any object with ``async grade(request) -> Grade`` (see
-    :mod:`pytest_agenteval._judges`); the verdict comes from the score and the
+    :mod:`pytest_agenteval.judges._base`); the verdict comes from the score and the
     bands, never from the judge.
     """
 
@@ -509,7 +509,7 @@ class AtomicJudgeEval:
         category: str = "judge",
         rubric_context: Mapping[str, Any] | None = None,
     ) -> None:
-        from ._judges import criteria_from
+        from .judges._base import criteria_from
 
         self.judge = judge
         self.key, self.name, self.version, self.category = key, name, version, category
@@ -519,7 +519,7 @@ class AtomicJudgeEval:
         self.rubric_context = dict(rubric_context or {})
 
     async def evaluate(self, input: EvalInput) -> EvalResult:
-        from ._judges import GradeRequest, grade_to_result
+        from .judges._base import GradeRequest, grade_to_result
 
         request = GradeRequest(
             scenario_id=self.key,

@@ -22,10 +22,10 @@ from ._collect import STATE
 from ._evals import EvalResult, band_verdict, combine_results
 from ._family import Article, Family
 from ._golden import GoldenEntry, Triage, load_golden, triage
-from ._judges import GradeRequest, criteria_from, grade_to_result
 from ._spec import Scenario
-from ._subjects import Response
 from ._vocab import AgentevalError, ConfigError, ItemError, SpecError
+from .judges._base import GradeRequest, criteria_from, grade_to_result
+from .subjects._base import Response
 
 
 class CalibrationMismatch(AgentevalError, AssertionError):
@@ -166,7 +166,7 @@ class CalibrationItem(pytest.Item):
         )
 
     def setup(self) -> None:
-        from ._batch import batched_judges
+        from .judges._batch import batched_judges
 
         state = self.config.stash[STATE]
         # with --judge-batch, a judge's grade comes from its batch (gathered before the loop)

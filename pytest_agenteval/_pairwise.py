@@ -22,7 +22,7 @@ The request
     apart), the expected behaviour and the criteria, then each answer in its own
     block ``<<<ANSWER 1 {nonce}>>>`` … ``<<<END ANSWER 1 {nonce}>>>`` (and
     ``2``), a fresh 16-hex-digit nonce per call, every delimiter look-alike in
-    an answer neutralised by :func:`~pytest_agenteval._injection.neutralise`
+    an answer neutralised by :func:`~pytest_agenteval.judges._injection.neutralise`
     and answers longer than the judge's ``max_answer_chars`` cut with a marker.
     The reply is held to :data:`PREFERENCE_CONTRACT`:
     ``{"preference": "first"|"second"|"tie", "reasoning": str}``, as strictly as
@@ -85,13 +85,13 @@ from ._conditions import Condition
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
 from ._family import Article, Family
-from ._injection import given_text, head, neutralise, scan_answer, tool_calls_text
-from ._judges import ConfigError, JudgeError, criteria_from
-from ._llm import OutputContract, _agent_context, _clean, _marker
 from ._run import NO_LIMIT, seen_by_subject, subject_context
 from ._spec import Scenario
 from ._stats import wilson_interval
-from ._subjects import SubjectCall, SubjectError, call_subject, describe
+from .judges._base import ConfigError, JudgeError, criteria_from
+from .judges._injection import given_text, head, neutralise, scan_answer, tool_calls_text
+from .judges._llm import OutputContract, _agent_context, _clean, _marker
+from .subjects._base import SubjectCall, SubjectError, call_subject, describe
 
 __all__ = [
     "DEFAULT_SWAP_SHARE",
@@ -772,7 +772,7 @@ async def run_comparison(
 
     Returns the record's ``pairwise``, ``error`` (None when compared), ``cost`` and
     ``timings``. A subject or judge that fails makes ``error``; a configuration
-    error (:class:`~pytest_agenteval._judges.ConfigError`: a key refused, no model)
+    error (:class:`~pytest_agenteval.judges._base.ConfigError`: a key refused, no model)
     is raised, to stop the run.
     """
     budget = budget or Budget(None)

@@ -33,9 +33,7 @@ import pytest
 
 from . import _settings as settings
 from ._collect import SubjectItem
-from ._evidence import json_safe_record
 from ._family import Article, Family, Plan
-from ._judges import ConfigError
 from ._pairwise import (
     DEFAULT_SWAP_SHARE,
     Contestant,
@@ -56,10 +54,12 @@ from ._pairwise import (
 from ._scheduler import upcoming_items
 from ._spec import Scenario
 from ._vocab import ItemError
+from .evidence._chain import json_safe_record
+from .judges._base import ConfigError
 
 if TYPE_CHECKING:
-    from ._output import RunRecorder
     from ._session import AgentevalState
+    from .evidence._run_dir import RunRecorder
 
 PAIRWISE: pytest.StashKey[PairwiseRun] = pytest.StashKey()
 SUFFIX = "[pairwise]"
@@ -404,7 +404,7 @@ class PairwiseRun:
             )
         bucket.records[str(payload["nodeid"])] = payload
         if bucket.recorder is None:
-            from ._output import RunRecorder
+            from .evidence._run_dir import RunRecorder
 
             bucket.recorder = RunRecorder(self.state, bucket, self._plan(bucket))
         bucket.recorder.add(payload)
@@ -488,7 +488,7 @@ class PairwiseRun:
 
     def _finish(self, bucket: Bucket) -> Outcome:
         from . import __version__
-        from ._output import rfc3339
+        from .evidence._run_dir import rfc3339
 
         plan = self._plan(bucket)
         records = sorted(bucket.records.values(), key=lambda r: str(r.get("scenario_id")))

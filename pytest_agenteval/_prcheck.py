@@ -1,7 +1,7 @@
 """The pull-request check inside a run: baseline, suites, regression, pointers, GitHub.
 
 The pytest edge of :mod:`~pytest_agenteval._baseline`, :mod:`~pytest_agenteval._suites`,
-:mod:`~pytest_agenteval._compare` and :mod:`~pytest_agenteval._github`, held by
+:mod:`~pytest_agenteval._compare` and :mod:`~pytest_agenteval.reports._github`, held by
 the process's :class:`~pytest_agenteval._session.AgentevalState` as ``state.pr``:
 
 * at start-up (controller or serial process only), ``--baseline`` is resolved
@@ -231,7 +231,7 @@ class PullRequestCheck:
 
     def family_terms(self, plan: Plan, tree: EvalResult | None, bucket: Any) -> FamilyTerms:
         """Suites and the comparison with the baseline, before the gate is decided."""
-        from ._output import node_dict
+        from .evidence._run_dir import node_dict
 
         terms = FamilyTerms()
         family = plan.family
@@ -312,7 +312,7 @@ class PullRequestCheck:
 
     def write_job_summary(self) -> None:
         """Append the GitHub job summary when ``GITHUB_STEP_SUMMARY`` names a file."""
-        from ._github import job_summary
+        from .reports._github import job_summary
 
         target = os.environ.get("GITHUB_STEP_SUMMARY")
         if not target or not self.summaries:
@@ -341,7 +341,7 @@ class PullRequestCheck:
 
     def write_annotations(self, tr: Any) -> None:
         """``::error`` lines for the runner (``GITHUB_ACTIONS=true``)."""
-        from ._github import error_annotations
+        from .reports._github import error_annotations
 
         if os.environ.get("GITHUB_ACTIONS") != "true" or not self.summaries:
             return

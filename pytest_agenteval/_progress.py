@@ -252,7 +252,7 @@ def _payload_cost(
     meta = payload.get("judge_meta")
     if not isinstance(meta, Mapping):
         return 0.0
-    from ._batch import grade_cost
+    from .judges._batch import grade_cost
 
     return grade_cost(meta, payload.get("judge"), rates).usd
 

@@ -92,9 +92,9 @@ from typing import (
 )
 from urllib.parse import urlsplit
 
-from ._injection import snippet
-from ._redact import Redactor, endpoint
 from ._vocab import AgentevalError
+from .evidence._redact import Redactor, endpoint
+from .judges._injection import snippet
 
 if TYPE_CHECKING:  # the SDKs' types, for the judges and subjects to annotate with
     from anthropic import AsyncAnthropic as AsyncAnthropic

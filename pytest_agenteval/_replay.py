@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from ._checks import ToolCall
-from ._subjects import Response, SubjectError
 from ._yaml import MAX_DEPTH, SpecError, describe_value, read_limited
+from .subjects._base import Response, SubjectError
 
 __all__ = ["MAX_REPLAY_BYTES", "Recorded", "ReplayLog", "ReplaySubject", "load_replay"]
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ._collect import ScenarioItem, no_subject
-from ._evidence import json_safe_record
 from ._golden_items import CalibrationItem
+from .evidence._chain import json_safe_record
 
 if TYPE_CHECKING:
     from ._session import AgentevalState
@@ -46,7 +46,7 @@ class RunPlugin:
         self.state.expect_items(items)
         if items:
             self.state.judges()
-            from ._batch import check_items
+            from .judges._batch import check_items
 
             check_items(self.state, items)  # what --judge-batch cannot do: refused now
         first = next((i for i in items if isinstance(i, ScenarioItem)), None)
@@ -81,7 +81,7 @@ class RunPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
         """With ``--judge-batch``: the calibration grades come from batches, gathered first."""
-        from ._batch import batch_options, run_batch_phase
+        from .judges._batch import batch_options, run_batch_phase
 
         if batch_options(session.config).enabled:
             from ._progress import PROGRESS
@@ -149,8 +149,8 @@ class RunPlugin:
         session.exitstatus = self.state.exitstatus(session.exitstatus)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from ._terminal import write_calibration, write_condition_comparison, write_summary
         from ._text import SafeTerminal
+        from .reports._terminal import write_calibration, write_condition_comparison, write_summary
 
         terminalreporter = SafeTerminal(terminalreporter)
         if self.state.outcomes:

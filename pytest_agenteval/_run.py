@@ -37,10 +37,16 @@ from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
 from ._family import Article, Family, Plan
-from ._injection import given_text, scan_answer
-from ._judges import ConfigError, GradeRequest, criteria_from, grade_to_result, is_deterministic
 from ._spec import Scenario
-from ._subjects import SubjectError, call_subject
+from .judges._base import (
+    ConfigError,
+    GradeRequest,
+    criteria_from,
+    grade_to_result,
+    is_deterministic,
+)
+from .judges._injection import given_text, scan_answer
+from .subjects._base import SubjectError, call_subject
 
 
 @dataclass(frozen=True)

@@ -38,16 +38,16 @@ from ._family import (
     resolve_plan,
 )
 from ._gate import GateOutcome, decide_gate
-from ._judges import ConfigError, Judge
-from ._output import RunRecorder
-from ._redact import Redactor
 from ._replay import ReplayLog
 from ._scheduler import Scheduler, upcoming_items
-from ._subjects import describe
 from ._text import terminal_safe
 from ._tracebacks import describe_exception
 from ._vocab import SEVERITIES, ItemError
 from ._yaml import SpecError
+from .evidence._redact import Redactor
+from .evidence._run_dir import RunRecorder
+from .judges._base import ConfigError, Judge
+from .subjects._base import describe
 
 PAYLOAD_VERSION = 1
 
@@ -1334,7 +1334,7 @@ class AgentevalState:
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Build trees, write run directories, decide the gate (controller only)."""
-        from ._output import summary_dict
+        from .evidence._run_dir import summary_dict
 
         interrupted = bool(session.shouldstop or session.shouldfail) or exitstatus in (
             pytest.ExitCode.INTERRUPTED,
@@ -1394,10 +1394,10 @@ class AgentevalState:
         interrupted: bool,
     ) -> None:
         from . import __version__
-        from ._junit import junit_xml
-        from ._output import report_records
         from ._prcheck import bundled_location, repo_root
-        from ._sarif import sarif_json
+        from .evidence._run_dir import report_records
+        from .reports._junit import junit_xml
+        from .reports._sarif import sarif_json
 
         records = report_records(
             plan, list(bucket.records.values()), repo_root(Path(self.config.rootpath))
@@ -1431,7 +1431,7 @@ class AgentevalState:
         records: list[dict[str, Any]],
         calibration: dict[str, Any] | None = None,
     ) -> None:
-        from ._report import render_html, render_markdown
+        from .reports._human import render_html, render_markdown
 
         clean_summary = self.redactor.data(summary)
         clean_records = self.redactor.data([_for_reading(r) for r in records])
@@ -1456,7 +1456,7 @@ class AgentevalState:
             judge_lineage,
         )
         from ._golden import triage_summary
-        from ._output import judge_prompt_lineage, rfc3339
+        from .evidence._run_dir import judge_prompt_lineage, rfc3339
 
         family = self.family(Path(bucket.family_root))
         preset_name = self.preset or "standard"
@@ -1549,7 +1549,7 @@ class AgentevalState:
         self, recorder: RunRecorder, summary: dict[str, Any], report: dict[str, Any]
     ) -> None:
         """report.md and report.html of a calibration run: its own report, not a benchmark's."""
-        from ._report import render_calibration_html, render_calibration_markdown
+        from .reports._human import render_calibration_html, render_calibration_markdown
 
         clean_summary = self.redactor.data(summary)
         clean_report = self.redactor.data(report)

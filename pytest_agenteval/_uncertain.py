@@ -313,7 +313,7 @@ def _line(entry: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ._evidence import verify_run
+    from .evidence._chain import verify_run
 
     parser = build_parser()
     try:

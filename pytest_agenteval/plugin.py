@@ -374,8 +374,8 @@ def pytest_configure(config: pytest.Config) -> None:
     state = AgentevalState(config)
     config.stash[STATE] = state
     config.pluginmanager.register(RunPlugin(state), "agenteval-run")
-    from ._batch import check_options
     from ._progress import ProgressPlugin
+    from .judges._batch import check_options
 
     if not state.is_worker:
         check_options(config)  # --judge-batch under -n: refused before collection
@@ -385,7 +385,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         configure_pairwise(config, state)  # --pairwise=A,B: comparison items, its own run
     if config.pluginmanager.hasplugin("html"):  # pytest-html: score, verdict, gate, reasoning
-        from ._html import register_html
+        from .reports._pytest_html import register_html
 
         register_html(config, state)
     _sigterm_as_interrupt(config)
@@ -581,11 +581,11 @@ def _state(config: pytest.Config) -> Any:
 @pytest.hookimpl(trylast=True)
 def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
     if spec.strip().lower() == "rules":
-        from ._judges import RulesJudge
+        from .judges._base import RulesJudge
 
         return RulesJudge()
     if spec.split(":", 1)[0] in {"openai", "anthropic"}:
-        from ._llm import JudgeConfigError, make_llm_judge
+        from .judges._llm import JudgeConfigError, make_llm_judge
 
         try:
             return make_llm_judge(spec, _judge_settings(config))
@@ -596,7 +596,7 @@ def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
 
 def _judge_settings(config: pytest.Config) -> Any:
     from . import _settings as settings
-    from ._llm import JudgeSettings
+    from .judges._llm import JudgeSettings
 
     def opt(name: str) -> Any:
         value = config.getoption(name)
@@ -644,7 +644,7 @@ def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | Non
     kind = spec.split(":", 1)[0]
     if kind in {"openai", "anthropic", "cmd"}:
         from . import _settings as settings
-        from ._provider_subjects import SubjectConfigError, make_subject
+        from .subjects._hosted import SubjectConfigError, make_subject
 
         timeout = settings.number(
             config, "agenteval_subject_timeout", 120.0, what="a number of seconds"
@@ -668,7 +668,7 @@ def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | Non
         except (SubjectConfigError, ValueError) as exc:
             raise pytest.UsageError(f"--subject {kind}:…: {exc}") from None
     if ":" in spec:
-        from ._subjects import load_callable
+        from .subjects._base import load_callable
 
         try:
             return load_callable(spec, Path(config.invocation_params.dir))

@@ -49,7 +49,7 @@ def html_from_run_dir(run_dir: Path, scratch: Path) -> Path:
     repo = Path(__file__).resolve().parent.parent
     if str(repo) not in sys.path:  # running from a checkout without an install
         sys.path.insert(0, str(repo))
-    from pytest_agenteval._report import render_html
+    from pytest_agenteval.reports._human import render_html
 
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     records = []

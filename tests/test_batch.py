@@ -11,8 +11,8 @@ import pytest
 from demo_family import make_demo
 from fakellm import FakeLLMServer, RecordedRequest, Reply
 
-from pytest_agenteval._batch import PRICE_FACTOR, grade_cost
-from pytest_agenteval._evidence import verify_run
+from pytest_agenteval.evidence._chain import verify_run
+from pytest_agenteval.judges._batch import PRICE_FACTOR, grade_cost
 
 RATES = "agenteval_rates = gpt-4o-mini = 1.0 2.0\n    claude-haiku-4-5 = 1.0 2.0\n"
 

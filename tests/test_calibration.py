@@ -826,7 +826,7 @@ def test_golden_stats_derives_strata_of_agenteval_files(pytester: pytest.Pyteste
 
 
 def test_calibration_reports_escape_hostile_text_and_fit_a_pr_comment() -> None:
-    from pytest_agenteval._report import (
+    from pytest_agenteval.reports._human import (
         MARKDOWN_BUDGET,
         render_calibration_html,
         render_calibration_markdown,

@@ -20,8 +20,8 @@ from pytest_agenteval._conditions import (
     parse_conditions,
     sign_test_two_sided,
 )
-from pytest_agenteval._terminal import comparison_lines
 from pytest_agenteval._yaml import SpecError
+from pytest_agenteval.reports._terminal import comparison_lines
 
 FULL = """\
 conditions:

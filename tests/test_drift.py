@@ -31,7 +31,7 @@ from pytest_agenteval._drift import (
     parse_window,
     render_svg,
 )
-from pytest_agenteval._evidence import EvidenceWriter
+from pytest_agenteval.evidence._chain import EvidenceWriter
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 

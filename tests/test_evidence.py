@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import rfc8785
 
-from pytest_agenteval import _evidence as ev
-from pytest_agenteval._evidence import (
+from pytest_agenteval.evidence import _chain as ev
+from pytest_agenteval.evidence._chain import (
     MANIFEST_NAME,
     RESULTS_NAME,
     SUMS_NAME,
@@ -39,7 +39,7 @@ from pytest_agenteval._evidence import (
     verify_run,
     write_file_atomic,
 )
-from pytest_agenteval._verify_cli import main
+from pytest_agenteval.evidence._verify_cli import main
 
 MANIFEST: dict[str, Any] = {
     "tool": "pytest-agenteval",

@@ -357,7 +357,7 @@ import os
 
 import pytest
 
-from pytest_agenteval._judges import Grade
+from pytest_agenteval.judges._base import Grade
 
 LOW = {sid: float(score) for sid, score in
        (pair.split("=") for pair in os.environ.get("AGENTEVAL_TEST_LOW", "").split(",") if pair)}

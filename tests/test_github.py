@@ -21,7 +21,12 @@ from prbench import SIX, line_of, make_prbench
 from pytest_agenteval.__main__ import main as agenteval
 from pytest_agenteval._baseline import load_run
 from pytest_agenteval._compare import comparison_text
-from pytest_agenteval._github import error_annotations, escape_data, escape_property, job_summary
+from pytest_agenteval.reports._github import (
+    error_annotations,
+    escape_data,
+    escape_property,
+    job_summary,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "examples" / "github-workflow.yml"

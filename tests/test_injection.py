@@ -1,4 +1,4 @@
-"""Injection that hides (RELIABILITY.md rows 1 and 21): pytest_agenteval._injection.
+"""Injection that hides (RELIABILITY.md rows 1 and 21): pytest_agenteval.judges._injection.
 
 The corpora in tests/data/injection/ are the test data: ``attacks.jsonl`` (answers
 that try to steer their judge, by form) and ``benign.jsonl`` (ordinary answers and
@@ -19,19 +19,19 @@ from typing import Any
 import pytest
 from fakellm import FakeLLMServer, RecordedRequest, Reply
 
-from pytest_agenteval import _injection
 from pytest_agenteval._checks import Answer, ToolCall
 from pytest_agenteval._family import Bands, article_paths, load_article
-from pytest_agenteval._injection import (
+from pytest_agenteval._run import seen_by_subject
+from pytest_agenteval.judges import _injection
+from pytest_agenteval.judges._base import CriterionSpec, GradeRequest
+from pytest_agenteval.judges._injection import (
     given_text,
     injection_reasons,
     neutralise,
     normalise,
     scan_answer,
 )
-from pytest_agenteval._judges import CriterionSpec, GradeRequest
-from pytest_agenteval._llm import _render
-from pytest_agenteval._run import seen_by_subject
+from pytest_agenteval.judges._llm import _render
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "injection"

@@ -19,9 +19,9 @@ from fakellm import FakeLLMServer, RecordedRequest, Reply
 from leakcheck import ENCODINGS, KEYS, leaks, views
 
 from pytest_agenteval._checks import Answer
-from pytest_agenteval._evidence import canonical_json
-from pytest_agenteval._judges import CriterionSpec, GradeRequest
-from pytest_agenteval._llm import (
+from pytest_agenteval.evidence._chain import canonical_json
+from pytest_agenteval.judges._base import CriterionSpec, GradeRequest
+from pytest_agenteval.judges._llm import (
     CACHE_KEY_ENV,
     JudgeConfigError,
     JudgeSettings,

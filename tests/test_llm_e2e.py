@@ -615,7 +615,7 @@ def test_injection_flag_survives_a_cached_grade(inj: pytest.Pytester, env: FakeL
 
 
 FLAGGER = """\
-from pytest_agenteval._judges import Grade
+from pytest_agenteval.judges._base import Grade
 from pytest_agenteval._evals import CriterionResult
 
 

@@ -1,4 +1,4 @@
-"""LLM judges (pytest_agenteval._llm) through the real SDKs against tests/fakellm.py.
+"""LLM judges (pytest_agenteval.judges._llm) through the real SDKs against tests/fakellm.py.
 
 Every request goes to the fake server on 127.0.0.1. Test names carry the RELIABILITY.md
 row they cover (``row1`` ... ``row9``, ``row11``).
@@ -24,8 +24,10 @@ from fakellm import (  # noqa: F401  (fake_llm_fixture registers the `fake_llm` 
 
 from pytest_agenteval._checks import Answer, ToolCall, parse_check
 from pytest_agenteval._evals import Bands, CriterionResult, EvalResult
-from pytest_agenteval._evidence import canonical_json
-from pytest_agenteval._judges import (
+from pytest_agenteval._providers import LOCAL_PLACEHOLDER_KEY
+from pytest_agenteval._run import PanelError, judge_panel, panel_problem
+from pytest_agenteval.evidence._chain import canonical_json
+from pytest_agenteval.judges._base import (
     SCORE_RULE,
     ConfigError,
     CriterionSpec,
@@ -35,7 +37,7 @@ from pytest_agenteval._judges import (
     RulesJudge,
     grade_to_result,
 )
-from pytest_agenteval._llm import (
+from pytest_agenteval.judges._llm import (
     DEFAULT_PROMPT_FILE,
     OUTPUT_SCHEMA,
     OUTPUT_SCHEMA_SHA256,
@@ -50,8 +52,6 @@ from pytest_agenteval._llm import (
     grade_schema,
     make_llm_judge,
 )
-from pytest_agenteval._providers import LOCAL_PLACEHOLDER_KEY
-from pytest_agenteval._run import PanelError, judge_panel, panel_problem
 
 CANARY = "sk-canary-123"
 CANARY_AN = "sk-ant-canary-456"

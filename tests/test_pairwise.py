@@ -19,7 +19,6 @@ from fakellm import FakeLLMServer, RecordedRequest, Reply
 
 from pytest_agenteval._checks import Answer, ToolCall
 from pytest_agenteval._conditions import Condition
-from pytest_agenteval._evidence import verify_run
 from pytest_agenteval._model import render_schemas
 from pytest_agenteval._pairwise import (
     PREFERENCE_CONTRACT,
@@ -34,6 +33,7 @@ from pytest_agenteval._pairwise import (
     sign_test,
     swap_selection,
 )
+from pytest_agenteval.evidence._chain import verify_run
 
 # --------------------------------------------------------------------------- the numbers
 

@@ -18,7 +18,8 @@ import pytest
 from fakellm import FakeLLMServer, Reply, ToolCall
 
 from pytest_agenteval._checks import ToolCall as AgentToolCall
-from pytest_agenteval._provider_subjects import (
+from pytest_agenteval.subjects._base import Response, SubjectError, call_subject
+from pytest_agenteval.subjects._hosted import (
     AnthropicSubject,
     CommandSubject,
     OpenAISubject,
@@ -27,7 +28,6 @@ from pytest_agenteval._provider_subjects import (
     make_subject,
     subject_environment,
 )
-from pytest_agenteval._subjects import Response, SubjectError, call_subject
 
 T = TypeVar("T")
 CANARY = "sk-canary-42"

@@ -16,9 +16,6 @@ import pytest
 from fakellm import FakeLLMServer, Reply
 
 from pytest_agenteval._checks import Answer
-from pytest_agenteval._judges import ConfigError, CriterionSpec, GradeRequest, JudgeError
-from pytest_agenteval._llm import TOOL_NAME, JudgeSettings, LLMJudgeError, make_llm_judge
-from pytest_agenteval._provider_subjects import make_subject
 from pytest_agenteval._providers import (
     LOCAL_PLACEHOLDER_KEY,
     AnthropicConnection,
@@ -29,7 +26,10 @@ from pytest_agenteval._providers import (
     ProviderFailure,
     Transport,
 )
-from pytest_agenteval._subjects import SubjectError
+from pytest_agenteval.judges._base import ConfigError, CriterionSpec, GradeRequest, JudgeError
+from pytest_agenteval.judges._llm import TOOL_NAME, JudgeSettings, LLMJudgeError, make_llm_judge
+from pytest_agenteval.subjects._base import SubjectError
+from pytest_agenteval.subjects._hosted import make_subject
 
 KEYS = {"openai": "sk-canary-openai-0123456789", "anthropic": "sk-ant-canary-0123456789"}
 VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import pytest
 
 from pytest_agenteval import CriterionResult, EvalResult
-from pytest_agenteval._output import node_dict
-from pytest_agenteval._report import (
+from pytest_agenteval.evidence._run_dir import node_dict
+from pytest_agenteval.reports._human import (
     ANSWER_LIMIT,
     DISCLAIMER,
     MARKDOWN_BUDGET,

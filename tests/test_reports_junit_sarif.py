@@ -22,8 +22,8 @@ import pytest
 from sarif_om import Message, Notification, Result
 
 from pytest_agenteval._evals import CriterionResult, EvalResult
-from pytest_agenteval._junit import junit_xml, visible_escape
-from pytest_agenteval._sarif import (
+from pytest_agenteval.reports._junit import junit_xml, visible_escape
+from pytest_agenteval.reports._sarif import (
     FINGERPRINT_KEY,
     GITHUB_MAX_RESULTS,
     INJECTION_RULE_ID,

@@ -14,9 +14,9 @@ from urllib.parse import quote
 import pytest
 from demo_family import SUBJECT
 
-from pytest_agenteval._evidence import build_sha256sums, canonical_json, is_seal, verify_run
-from pytest_agenteval._output import new_run_dir, slug
-from pytest_agenteval._redact import Redactor
+from pytest_agenteval.evidence._chain import build_sha256sums, canonical_json, is_seal, verify_run
+from pytest_agenteval.evidence._redact import Redactor
+from pytest_agenteval.evidence._run_dir import new_run_dir, slug
 
 SEALED = ("manifest.json", "summary.json", "junit.xml", "results.sarif", "report.md", "report.html")
 

@@ -16,7 +16,6 @@ from test_schemas import check_run
 
 from pytest_agenteval._evals import Bands, EvalResult
 from pytest_agenteval._family import combine_samples
-from pytest_agenteval._output import node_dict
 from pytest_agenteval._stats import (
     reliability,
     sample_stats,
@@ -24,6 +23,7 @@ from pytest_agenteval._stats import (
     t_quantile,
     wilson_interval,
 )
+from pytest_agenteval.evidence._run_dir import node_dict
 
 # --------------------------------------------------------------------------- pure numbers
 

@@ -21,7 +21,7 @@ import pytest
 from fakellm import FakeLLMServer, RecordedRequest, Reply
 from leakcheck import ENCODER_SOURCE, ENCODINGS, KEYS, OPENAI_KEY, leaks, views
 
-from pytest_agenteval._redact import Redactor, endpoint, strip_userinfo
+from pytest_agenteval.evidence._redact import Redactor, endpoint, strip_userinfo
 
 
 def test_the_oracle_sees_every_encoding() -> None:

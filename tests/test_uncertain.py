@@ -12,8 +12,8 @@ from demo_family import make_demo
 from fakellm import FakeLLMServer, RecordedRequest, Reply
 
 from pytest_agenteval.__main__ import main as agenteval
-from pytest_agenteval._evidence import verify_run
 from pytest_agenteval._uncertain import nearest_edge, panel_disagreements, pick
+from pytest_agenteval.evidence._chain import verify_run
 
 LABELS = ("expected_verdict", "expected_score_min", "expected_score_max", "rationale")
 

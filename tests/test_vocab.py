@@ -69,10 +69,10 @@ def test_every_exception_of_the_package_derives_from_the_one_base() -> None:
 
 
 def test_public_error_names_are_the_vocabulary_classes() -> None:
-    from pytest_agenteval._judges import ConfigError as judges_config_error
-    from pytest_agenteval._judges import JudgeError as judges_judge_error
-    from pytest_agenteval._subjects import SubjectError as subjects_subject_error
     from pytest_agenteval._yaml import SpecError as yaml_spec_error
+    from pytest_agenteval.judges._base import ConfigError as judges_config_error
+    from pytest_agenteval.judges._base import JudgeError as judges_judge_error
+    from pytest_agenteval.subjects._base import SubjectError as subjects_subject_error
 
     assert pytest_agenteval.AgentevalError is AgentevalError
     assert pytest_agenteval.SpecError is SpecError is yaml_spec_error
@@ -86,7 +86,7 @@ def test_public_error_names_are_the_vocabulary_classes() -> None:
 def test_roles_stay_apart() -> None:
     from pytest_agenteval._collect import ScenarioFailed
     from pytest_agenteval._family import PresetError
-    from pytest_agenteval._provider_subjects import SubjectConfigError
+    from pytest_agenteval.subjects._hosted import SubjectConfigError
 
     # an item's ERROR outcome is its own class, not every error of the package
     assert not issubclass(SubjectError, ItemError) and not issubclass(ConfigError, ItemError)

@@ -16,7 +16,7 @@ chain head, so a changed, added or deleted file fails even when SHA256SUMS was
 recomputed. Pass the head printed at the end of the run as ``--expect-head``:
 without it, a run whose files were changed *and* whose seal, manifest and
 SHA256SUMS were consistently rewritten verifies (see
-:mod:`pytest_agenteval._evidence`).
+:mod:`pytest_agenteval.evidence._chain`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ._evidence import VerifyResult, verify_run
+from ._chain import VerifyResult, verify_run
 
 EXIT_OK = 0
 EXIT_TAMPERED = 1

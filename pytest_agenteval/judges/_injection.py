@@ -67,9 +67,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import Answer
-from ._evidence import json_safe
-from ._text import clip
+from .._checks import Answer
+from .._text import clip
+from ..evidence._chain import json_safe
 
 __all__ = [
     "DEFAULT_SCAN_CHARS",

@@ -28,7 +28,7 @@
 
 Every subject object has ``name`` (the spec; secret-looking ``NAME=value`` assignments in
 a command are masked, and secret values redacted), is awaited as ``subject(prompt, *, tools=None, messages=None,
-system=None, scenario=None)``, returns a :class:`~pytest_agenteval._subjects.Response`,
+system=None, scenario=None)``, returns a :class:`~pytest_agenteval.subjects._base.Response`,
 and must be closed with ``await subject.aclose()`` (or ``async with subject:``).
 
 The model's own temperature is left alone (the subject is what is being measured, not
@@ -60,9 +60,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ._checks import ToolCall
-from ._judges import ConfigError
-from ._providers import (
+from .._checks import ToolCall
+from .._providers import (
     AnthropicConnection,
     ClientT,
     Connection,
@@ -72,11 +71,12 @@ from ._providers import (
     Transport,
     token_usage,
 )
-from ._redact import Redactor
-from ._subjects import Response, SubjectError
+from ..evidence._redact import Redactor
+from ..judges._base import ConfigError
+from ._base import Response, SubjectError
 
 if TYPE_CHECKING:
-    from ._providers import AsyncAnthropic, AsyncOpenAI, ChatCompletion, Message
+    from .._providers import AsyncAnthropic, AsyncOpenAI, ChatCompletion, Message
 
 __all__ = [
     "SUBJECT_ENV_ALLOWED",

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ._session import AgentevalState
+    from .._session import AgentevalState
 
 _VERDICT_CLASS = {"pass": "passed", "warn": "xpassed", "fail": "failed", "error": "error"}
 
 
 def _score(value: Any) -> str:
-    from ._evals import format_score
+    from .._evals import format_score
 
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return format_score(float(value))
@@ -132,7 +132,7 @@ class HtmlExtras:
         self, prefix: list[str], summary: list[str], postfix: list[str], session: Any
     ) -> None:
         """The gate of each family, above the table (decided before pytest-html writes)."""
-        from ._compare import comparison_text
+        from .._compare import comparison_text
 
         for outcome in self.state.outcomes:
             gate = outcome.gate

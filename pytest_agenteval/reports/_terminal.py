@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._collect import STATE
-from ._evals import EvalResult, injection_suspected
-from ._text import clip, named, terminal_safe
-from ._vocab import format_score
+from .._collect import STATE
+from .._evals import EvalResult, injection_suspected
+from .._text import clip, named, terminal_safe
+from .._vocab import format_score
 
 if TYPE_CHECKING:
-    from ._collect import ScenarioItem
-    from ._session import AgentevalState
+    from .._collect import ScenarioItem
+    from .._session import AgentevalState
 
 _MARKUP = {
     "pass": {"green": True},
@@ -94,7 +94,7 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
                     + named(gate.injection_suspected),
                     red=True,
                 )
-        from ._output import cost_totals
+        from ..evidence._run_dir import cost_totals
 
         cost = cost_totals(list(outcome.bucket.records.values()))["total"]
         if cost["prompt_tokens"] or cost["completion_tokens"]:
@@ -120,7 +120,7 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
 
 def _spread(node: EvalResult) -> dict[str, Any] | None:
     """The reliability figure of a node's repeated samples (see :mod:`._stats`); None without."""
-    from ._stats import reliability
+    from .._stats import reliability
 
     return reliability({"id": leaf.key, **leaf.meta} for leaf in _leaves(node))
 
@@ -158,7 +158,7 @@ def _write_samples_line(tr: Any, plan: Any, figure: dict[str, Any] | None) -> No
 
 def _write_pr_check(tr: Any, pr: dict[str, Any]) -> None:
     """The suites and the comparison with the baseline (worst first), when the run has them."""
-    from ._compare import comparison_text
+    from .._compare import comparison_text
 
     suites = pr.get("suites") or {}
     if suites.get("items"):

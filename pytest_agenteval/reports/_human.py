@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ._text import as_text, clean_text, truncate
-from ._vocab import GRADED_VERDICTS, VERDICTS, Bands, format_score, most_severe_first
+from .._text import as_text, clean_text, truncate
+from .._vocab import GRADED_VERDICTS, VERDICTS, Bands, format_score, most_severe_first
 
 __all__ = [
     "ANSWER_LIMIT",
@@ -587,7 +587,7 @@ def _samples_view(root: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _pr_view(summary: Mapping[str, Any]) -> dict[str, Any] | None:
-    from ._compare import report_view
+    from .._compare import report_view
 
     return report_view(summary)
 
@@ -825,7 +825,7 @@ def _environment() -> Any:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("pytest_agenteval", "templates"),
+        loader=jinja2.PackageLoader("pytest_agenteval.reports", "templates"),
         autoescape=jinja2.select_autoescape(
             enabled_extensions=("html.j2",), default_for_string=False
         ),

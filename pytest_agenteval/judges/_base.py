@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from ._checks import Answer, Check
-from ._evals import CriterionResult, EvalResult
-from ._vocab import (
+from .._checks import Answer, Check
+from .._evals import CriterionResult, EvalResult
+from .._vocab import (
     AgentevalError,
     Bands,
     ConfigError,

@@ -120,8 +120,8 @@ from typing import Any, TypeGuard
 
 import rfc8785
 
-from ._text import clip
-from ._vocab import EvidenceError
+from .._text import clip
+from .._vocab import EvidenceError
 
 __all__ = [
     "CONVERTED_KEY",

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._compare import comparison_markdown
-from ._text import gfm_cell as _md
-from ._vocab import format_score
+from .._compare import comparison_markdown
+from .._text import gfm_cell as _md
+from .._vocab import format_score
 
 __all__ = [
     "MAX_ANNOTATIONS",

@@ -108,6 +108,8 @@ from sarif_om import (
     ToolComponent,
 )
 
+from .._text import as_text, truncate, visible_escape
+from .._vocab import VERDICTS, most_severe_first
 from ._junit import (
     article_of,
     case_name,
@@ -122,8 +124,6 @@ from ._junit import (
     score_text,
     verdict_of,
 )
-from ._text import as_text, truncate, visible_escape
-from ._vocab import VERDICTS, most_severe_first
 
 __all__ = [
     "DEFAULT_MAX_GZIP_BYTES",

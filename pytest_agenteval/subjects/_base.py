@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._checks import Answer, ToolCall
-from ._tracebacks import describe_exception
-from ._vocab import SubjectError
+from .._checks import Answer, ToolCall
+from .._tracebacks import describe_exception
+from .._vocab import SubjectError
 
 __all__ = ["Response", "Subject", "SubjectError", "call_subject", "load_callable"]
 

@@ -8,7 +8,7 @@ grades are gathered first, in one phase before the test loop:
 
 1. For each calibration item and each OpenAI or Anthropic judge, the request
    that judge would be asked is worked out exactly as a live grade works it out
-   (:func:`~pytest_agenteval._judges.grade_with_checks` decides which criteria
+   (:func:`~pytest_agenteval.judges._base.grade_with_checks` decides which criteria
    the checks hold back; the judge's own prompt, fence, nonce, sampling and
    structured-output mode), and becomes one line of a batch. A line whose grade
    is in the judge cache is left out (the item reads the cache as usual).
@@ -69,14 +69,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ._cost import Cost, cost_of
-from ._vocab import AgentevalError
+from .._cost import Cost, cost_of
+from .._vocab import AgentevalError
 
 if TYPE_CHECKING:
-    from ._golden_items import CalibrationItem
-    from ._judges import Grade, GradeRequest
-    from ._progress import Progress
-    from ._session import AgentevalState
+    from .._golden_items import CalibrationItem
+    from .._progress import Progress
+    from .._session import AgentevalState
+    from ._base import Grade, GradeRequest
 
 BATCH_FILE = "batch.json"
 SCHEMA = "pytest-agenteval/batch/1"
@@ -106,7 +106,7 @@ class BatchOptions:
 
 def batch_options(config: pytest.Config) -> BatchOptions:
     """``--judge-batch``, ``--judge-batch-poll``, ``--judge-batch-wait`` (and their ini keys)."""
-    from . import _settings as settings
+    from .. import _settings as settings
 
     flag = settings.raw(config, "agenteval_judge_batch")
     enabled = flag is True or str(flag).strip().lower() in ("1", "true", "yes", "on")
@@ -130,7 +130,7 @@ def check_options(config: pytest.Config) -> None:
 
 def check_items(state: AgentevalState, items: Sequence[Any]) -> None:
     """At collection: what ``--judge-batch`` cannot do is a usage error, before any call."""
-    from ._collect import ScenarioItem
+    from .._collect import ScenarioItem
 
     if state.is_worker or not batch_options(state.config).enabled or not items:
         return
@@ -234,9 +234,9 @@ class _Recorder:
 
 async def asked(judge: Any, request: GradeRequest) -> GradeRequest | None:
     """The request *judge* would get for *request* (checked criteria held back, exactly as
-    :func:`~pytest_agenteval._judges.grade_with_checks` does live); None when it would not
+    :func:`~pytest_agenteval.judges._base.grade_with_checks` does live); None when it would not
     be called (every criterion has a check)."""
-    from ._judges import grade_with_checks
+    from ._base import grade_with_checks
 
     try:
         await grade_with_checks(_Recorder(judge.name), request)
@@ -401,7 +401,7 @@ class Job:
             "endpoint": self.judge.endpoint,
             "lines": [[line.custom_id, line.key, line.mode] for line in self.lines],
         }
-        from ._evidence import canonical_json
+        from ..evidence._chain import canonical_json
 
         return hashlib.sha256(canonical_json(material)).hexdigest()
 
@@ -516,7 +516,7 @@ def _problem_error(message: str, details: dict[str, Any]) -> Any:
 
 def _provider_text(body: Any) -> str:
     """The provider's ``error.message`` of a failed line, redacted and clipped."""
-    from ._providers import provider_message
+    from .._providers import provider_message
 
     return provider_message(body)
 
@@ -583,8 +583,8 @@ def _held_to_contract(job: Job, line: Line, reply: Any, details: dict[str, Any])
 
 def openai_outcome(job: Job, line: Line, obj: Any) -> Any:
     """One line of OpenAI's output or error file -> a Grade, an LLMJudgeError or a re-ask."""
+    from .._providers import token_usage
     from ._llm import TOOL_NAME, _Failure
-    from ._providers import token_usage
 
     details = _details(job, line)
     response = obj.get("response") if isinstance(obj, Mapping) else None
@@ -621,8 +621,8 @@ def openai_outcome(job: Job, line: Line, obj: Any) -> Any:
 
 def anthropic_outcome(job: Job, line: Line, raw: str) -> Any:
     """One line of Anthropic's results -> a Grade, an LLMJudgeError or a re-ask."""
+    from .._providers import token_usage
     from ._llm import _DECODER, TOOL_NAME, _Failure, _raw_json
-    from ._providers import token_usage
 
     details = _details(job, line)
     obj = json.loads(raw)
@@ -721,8 +721,8 @@ def _batch_failure(job: Job) -> str:
     batch = job.batch
     errors = getattr(getattr(batch, "errors", None), "data", None) or []
     messages = [str(getattr(e, "message", "") or "") for e in errors]
+    from ..evidence._redact import Redactor
     from ._injection import snippet
-    from ._redact import Redactor
 
     text = "; ".join(m for m in messages if m)
     if text:
@@ -760,7 +760,7 @@ async def reask(item: _Reask) -> Any:
         *judge._reask_turns(item.reply, item.problem, len(line.criteria)),
     ]
     batch_usage = dict(details["usage"])
-    from ._providers import track
+    from .._providers import track
 
     judge.conn.client()
     reply = None
@@ -814,7 +814,7 @@ def _read_batch_json(run_dir: Path) -> dict[str, Any] | None:
 def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     """An earlier run of this family and judges whose batch holds these requests and whose
     grades no complete run has used: intact (it verifies) and incomplete; the newest such."""
-    from ._evidence import verify_run
+    from ..evidence._chain import verify_run
 
     siblings = sorted(
         (p for p in own_run_dir.parent.iterdir() if p.is_dir() and p != own_run_dir),
@@ -887,7 +887,7 @@ async def resume(job: Job, run_dir: Path, entry: dict[str, Any]) -> str | None:
 
 
 def _calibration_items(session: pytest.Session) -> list[CalibrationItem]:
-    from ._golden_items import CalibrationItem, SkippedEntry
+    from .._golden_items import CalibrationItem, SkippedEntry
 
     return [
         i
@@ -953,7 +953,7 @@ def _jobs(state: AgentevalState, items: Sequence[CalibrationItem]) -> list[Job]:
 
 
 def _say(state: AgentevalState, text: str) -> None:
-    from ._text import terminal_safe
+    from .._text import terminal_safe
 
     reporter = state.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

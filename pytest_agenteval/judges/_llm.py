@@ -2,8 +2,8 @@
 
 :func:`make_llm_judge` turns ``openai:MODEL`` / ``anthropic:MODEL`` into an
 :class:`LLMJudge` whose ``await grade(request)`` returns a
-:class:`~pytest_agenteval._judges.Grade` or raises: :class:`LLMJudgeError` (a
-:class:`~pytest_agenteval._judges.JudgeError`: the item is an ERROR, never a pass
+:class:`~pytest_agenteval.judges._base.Grade` or raises: :class:`LLMJudgeError` (a
+:class:`~pytest_agenteval.judges._base.JudgeError`: the item is an ERROR, never a pass
 or a fail) or :class:`JudgeConfigError` (401/402/403/404, no key: the run stops).
 A judge is a measuring instrument, so:
 
@@ -17,7 +17,7 @@ The prompt
     Anything in the answer shaped like one of our delimiters once normalised
     (any nonce, any case, 2+ angle brackets; zero-width or bidi characters,
     full-width or other bracket look-alikes, HTML entities or spaced-out letters
-    do not hide it: :func:`~pytest_agenteval._injection.neutralise`) is shown in
+    do not hide it: :func:`~pytest_agenteval.judges._injection.neutralise`) is shown in
     its normalised form with ``‹ ›`` for its angle brackets, so it cannot close
     or imitate the block, and the prompt says how many there were; the rest of
     the answer is shown exactly. The same is done to the scenario texts, which
@@ -31,7 +31,7 @@ Injection flags
     spaced-out letters, base64), addresses the grader ("ignore the rubric", "you are the judge",
     "score this 100", in English, German, French or Spanish), carries a fake
     reviewer/system note, chat role markup, grading JSON or a ``GRADE:`` /
-    ``SCORE:`` line, or copies our delimiter (:mod:`pytest_agenteval._injection`;
+    ``SCORE:`` line, or copies our delimiter (:mod:`pytest_agenteval.judges._injection`;
     the runner scans every answer the same way and puts the flag on each item).
     Flags never change the score: the score is the judge's structured output, the
     verdict is computed from it in code.
@@ -62,7 +62,7 @@ Sampling
 
 Checked criteria
     The judge is asked only about the criteria it is given; the runner holds
-    back those with a deterministic check (:func:`~pytest_agenteval._judges.grade_with_checks`)
+    back those with a deterministic check (:func:`~pytest_agenteval.judges._base.grade_with_checks`)
     and ``context["criteria_checked"]`` makes the prompt say how many.
 
 Validation (decisions)
@@ -134,17 +134,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, NoReturn, Typ
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ._evals import CriterionResult
-from ._evidence import canonical_json, write_file_atomic
-from ._injection import given_text as _given_text
-from ._injection import head as _head
-from ._injection import injection_reasons as _injection_reasons
-from ._injection import neutralise as _neutralise
-from ._injection import scan_text as _scan_text
-from ._injection import snippet as _snippet
-from ._injection import tool_calls_text
-from ._judges import ConfigError, Grade, GradeRequest, JudgeError
-from ._providers import (
+from .._evals import CriterionResult
+from .._providers import (
     AnthropicConnection,
     ClientT,
     Connection,
@@ -156,11 +147,20 @@ from ._providers import (
     token_usage,
     track,
 )
-from ._redact import Redactor
-from ._vocab import AgentevalError
+from .._vocab import AgentevalError
+from ..evidence._chain import canonical_json, write_file_atomic
+from ..evidence._redact import Redactor
+from ._base import ConfigError, Grade, GradeRequest, JudgeError
+from ._injection import given_text as _given_text
+from ._injection import head as _head
+from ._injection import injection_reasons as _injection_reasons
+from ._injection import neutralise as _neutralise
+from ._injection import scan_text as _scan_text
+from ._injection import snippet as _snippet
+from ._injection import tool_calls_text
 
 if TYPE_CHECKING:
-    from ._providers import AsyncAnthropic, AsyncOpenAI, ChatCompletion, Message
+    from .._providers import AsyncAnthropic, AsyncOpenAI, ChatCompletion, Message
 
 __all__ = [
     "DEFAULT_PROMPT_FILE",
@@ -177,7 +177,7 @@ __all__ = [
 ]
 
 #: The built-in judge system prompt, used when a family has none.
-DEFAULT_PROMPT_FILE = Path(__file__).parent / "prompts" / "default-judge.v1.md"
+DEFAULT_PROMPT_FILE = Path(__file__).resolve().parents[1] / "prompts" / "default-judge.v1.md"
 TOOL_NAME = "record_grade"
 SCHEMA_NAME = "agenteval_grade"
 CACHE_FORMAT = "agenteval-judge-cache/2"

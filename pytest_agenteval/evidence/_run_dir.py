@@ -5,7 +5,7 @@ directory is created when the first result of a family arrives on the
 controller; each result is appended to ``results.jsonl`` as it arrives, so an
 interrupted run keeps what it graded; the summary and reports are written at
 the end, then the manifest is completed and ``SHA256SUMS`` sealed. Every
-writer goes through one :class:`~pytest_agenteval._redact.Redactor`. Names
+writer goes through one :class:`~pytest_agenteval.evidence._redact.Redactor`. Names
 built from ids are slugged so that nothing escapes the output root, and a run
 directory is never reused.
 """
@@ -25,8 +25,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._evals import EvalResult, injection_suspected, round_score
-from ._evidence import (
+from .._evals import EvalResult, injection_suspected, round_score
+from .._family import Plan
+from .._vocab import VERDICTS
+from ._chain import (
     EvidenceWriter,
     canonical_json,
     json_safe,
@@ -34,12 +36,10 @@ from ._evidence import (
     sha256_hex,
     write_file_atomic,
 )
-from ._family import Plan
-from ._vocab import VERDICTS
 
 if TYPE_CHECKING:
+    from .._session import AgentevalState, FamilyOutcome
     from ._redact import Redactor
-    from ._session import AgentevalState, FamilyOutcome
 
 #: Parts of one item's grade (a panel's judges, per-criterion grades, samples):
 #: not nodes of the summary tree.
@@ -161,7 +161,7 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
         node["injection_suspected"] = any(injection_suspected(i) for i in result.items())
         node.update(sample_fields(result.meta))  # samples, score_std, score_ci (null for one)
     elif result.kind in ("benchmark", "pillar", "article"):
-        from ._stats import reliability
+        from .._stats import reliability
 
         figure = reliability({"id": s.key, **s.meta} for s in _scenarios(result))
         if figure is not None:  # repeated samples: how often they agree on the verdict
@@ -243,7 +243,7 @@ def _number(value: Any) -> float | None:
 
 
 def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) -> dict[str, Any]:
-    from . import __version__
+    from .. import __version__
 
     plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
     counts = tree.counts() if tree else dict.fromkeys(VERDICTS, 0)
@@ -419,7 +419,7 @@ class RunRecorder:
     def __init__(
         self, state: AgentevalState, bucket: Any, plan: Plan, extra_files: Sequence[Path] = ()
     ) -> None:
-        from . import __version__
+        from .. import __version__
 
         self.redactor: Redactor = state.redactor
         out = (

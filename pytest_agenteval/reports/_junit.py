@@ -71,8 +71,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._text import as_text, clip, visible_escape
-from ._vocab import VERDICTS
+from .._text import as_text, clip, visible_escape
+from .._vocab import VERDICTS
 
 __all__ = [
     "DEFAULT_MAX_TEXT_CHARS",
