@@ -36,11 +36,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Union, get_args
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
     from pydantic_core import CoreSchema
+
+# What JSON holds, for values read from or bound for a JSON file: readers
+# narrow with isinstance instead of trusting a shape (``Mapping`` in
+# parameters, since dict is invariant).
+JSONScalar: TypeAlias = str | int | float | bool | None
+JSONValue: TypeAlias = Union[JSONScalar, "list[JSONValue]", "dict[str, JSONValue]"]
+JSONObject: TypeAlias = "dict[str, JSONValue]"
 
 __all__ = [
     "AGGREGATION_NAMES",
@@ -59,6 +66,9 @@ __all__ = [
     "EvidenceError",
     "GradedVerdict",
     "ItemError",
+    "JSONObject",
+    "JSONScalar",
+    "JSONValue",
     "JudgeError",
     "Severity",
     "SpecError",
