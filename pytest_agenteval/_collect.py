@@ -10,17 +10,18 @@ FAILURE in ``runtest``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ._conditions import Condition
-from ._family import Article, Family, Plan
+from ._family import Article, Family, Plan, gc_paused
 from ._spec import Scenario
 from ._stash import STATE
 from ._vocab import AgentevalError, ItemError, SpecError
-from .judges._base import criteria_from
+from .judges._base import CriterionSpec, criteria_from
 
 if TYPE_CHECKING:
     from ._session import AgentevalState
@@ -43,6 +44,18 @@ class ScenarioFailed(AgentevalError, AssertionError):
 
 def _state(node: pytest.Item | pytest.Collector) -> AgentevalState:
     return node.config.stash[STATE]
+
+
+_MARKS = pytest.StashKey[dict[str, pytest.MarkDecorator]]()
+
+
+def _mark(config: pytest.Config, name: str) -> pytest.MarkDecorator:
+    """``pytest.mark.<name>``, made once per run: every item of a family carries the same few."""
+    marks = config.stash.setdefault(_MARKS, {})
+    mark = marks.get(name)
+    if mark is None:
+        mark = marks[name] = getattr(pytest.mark, name)
+    return mark
 
 
 class FamilyDir(pytest.Directory):
@@ -123,11 +136,18 @@ class ArticleCollector(pytest.Collector):
         if pairwise is not None:  # --pairwise: one comparison per scenario instead
             yield from pairwise.items(self, self.family, self.plan, self.article)
             return
+        with gc_paused():  # a few objects per item, none of them garbage yet
+            items = self._scenario_items(self.article)
+        yield from items
+
+    def _scenario_items(self, article: Article) -> list[ScenarioItem]:
         samples = self.plan.samples
         state = _state(self)
         conditions = state.conditions or [None]
         fixture_subject = not state.subject_spec
-        for scenario in self.article.scenarios:
+        replay = _mark(self.config, "replay") if state.replay is not None else None
+        items: list[ScenarioItem] = []
+        for scenario in article.scenarios:
             for condition in conditions:
                 for sample in range(samples):
                     item = ScenarioItem.from_parent(
@@ -135,15 +155,16 @@ class ArticleCollector(pytest.Collector):
                         name=scenario.id + _suffix(condition, sample, samples),
                         family=self.family,
                         plan=self.plan,
-                        article=self.article,
+                        article=article,
                         scenario=scenario,
                         sample=sample,
                         condition=condition,
                         fixture_subject=fixture_subject,
                     )
-                    if state.replay is not None:  # graded from a recorded answer (-m replay)
-                        item.add_marker("replay")
-                    yield item
+                    if replay is not None:  # graded from a recorded answer (-m replay)
+                        item.add_marker(replay)
+                    items.append(item)
+        return items
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
         if isinstance(excinfo.value, (SpecError, self.CollectError)):
@@ -215,7 +236,7 @@ class SubjectItem(pytest.Function):
         self.scenario = scenario
         self.payload: dict[str, Any] | None = None
         for marker in ("agenteval", family.name, article.meta.pillar, *markers):
-            self.add_marker(marker)
+            self.add_marker(_mark(self.config, marker))
 
     def subject_fixture(self) -> Any:
         """pytest's own (public) setup of the fixtures; the ``agenteval_subject`` value
@@ -273,8 +294,13 @@ class ScenarioItem(SubjectItem):
         )
         self.sample = sample
         self.condition = condition
-        self.criteria = criteria_from(scenario.evaluation_criteria)
         self.run: Any = None
+
+    @cached_property
+    def criteria(self) -> tuple[CriterionSpec, ...]:
+        """The scenario's criteria as judges take them: made when first asked for, not at
+        collection (every xdist worker collects every item and grades only its share)."""
+        return criteria_from(self.scenario.evaluation_criteria)
 
     @property
     def severity(self) -> str:

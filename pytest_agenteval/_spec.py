@@ -282,8 +282,8 @@ class BenchmarkSpec(_Strict):
 
 
 def _rename(data: Any, aliases: dict[str, str]) -> Any:
-    if not isinstance(data, dict):
-        return data
+    if not isinstance(data, dict) or data.keys().isdisjoint(aliases):
+        return data  # as it is: no copy of every scenario of a large file
     out = dict(data)
     for short, long in aliases.items():
         if short in out:

@@ -8,7 +8,7 @@ are loaded with PyYAML's *safe* constructors only, plus refusals the stock
 * YAML 1.1 surprises: ``yes``/``no``/``on``/``off`` stay strings (only
   ``true``/``false`` are booleans) and ``012`` is refused as an ambiguous
   octal instead of becoming 10;
-* resource abuse, each refused with ``file:line`` before any value is built:
+* resource abuse, each refused with ``file:line`` where it passes the limit:
   files over :data:`MAX_BYTES` (checked on the open file before reading),
   anything but a regular file (a FIFO, a device), more than
   :data:`MAX_ALIASES` aliases, a document whose *expanded* size — every alias
@@ -21,6 +21,11 @@ Every mapping and sequence comes back as :class:`LineDict` / :class:`LineList`,
 which record the 1-based line of each key or element, so that a validation
 error found later (by pydantic) can name ``file:line``.
 
+Documents are read from libyaml's events when PyYAML comes with libyaml (its
+wheels do), else by PyYAML's own Python parser, with the same values, lines,
+limits and refusals; only the wording of a syntax error differs between the
+two, and libyaml accepts a few uses of tabs that the Python parser refuses.
+
 Error messages never repeat a file's content: a file that is not a benchmark
 at all (a secret behind a symlink, say) must not end up in a CI log. They give
 the place, the key and, for a value of the wrong type, its type
@@ -32,21 +37,39 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from sys import intern
+from typing import Any, Protocol
 
 import yaml
+from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
+from yaml.error import Mark
+from yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    Event,
+    MappingStartEvent,
+    ScalarEvent,
+    StreamEndEvent,
+)
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import Reader
 
 from ._text import clip
 from ._vocab import AgentevalError, SpecError
 
-MAX_BYTES = 2 * 1024 * 1024
+# Per file, sized so that one article can hold 50,000 short scenarios (an id, a
+# weight, an input and three criteria, one with a check: some 200 bytes and 19
+# values each, as scripts/bench_collection.py writes them) with room to spare,
+# while a hostile file still stops at a few hundred MB of memory.
+MAX_BYTES = 32 * 1024 * 1024
 MAX_ALIASES = 64
 #: Values (scalars, mappings, sequences) in a document once aliases are expanded.
-MAX_NODES = 200_000
+MAX_NODES = 2_000_000
 #: Characters of scalar text in a document once aliases are expanded.
 MAX_CHARS = 4 * MAX_BYTES
 #: Nesting depth of mappings and sequences (YAML here; JSON in golden files).
@@ -59,18 +82,31 @@ _OCTALISH = re.compile(r"^[-+]?0[0-9_]+$")
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 
-class LineDict(dict):
+class LineDict(dict[Any, Any]):  # YAML keys may be of any scalar type
     """A dict that knows the line of itself and of each of its keys."""
 
-    line: int = 0
+    # no __dict__ per instance: a large article holds hundreds of thousands of these
+    __slots__ = ("key_lines", "line")
+    line: int
     key_lines: dict[Any, int]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.line = 0
+        self.key_lines = {}
 
-class LineList(list):
+
+class LineList(list[Any]):
     """A list that knows the line of itself and of each element."""
 
-    line: int = 0
+    __slots__ = ("item_lines", "line")
+    line: int
     item_lines: list[int]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.line = 0
+        self.item_lines = []
 
 
 # --------------------------------------------------------------------------- messages
@@ -199,6 +235,27 @@ class _Refusal(ConstructorError, AgentevalError):
     """One of our own refusals: its message names only a key, a line or a limit."""
 
 
+# The refusals' words, shared by the libyaml reader and the pure-Python one.
+_TOO_MANY_ALIASES = f"more than {MAX_ALIASES} aliases (alias bomb?)"
+_RECURSIVE_ALIAS = "recursive alias: it refers to a value that contains it"
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
+_TOO_DEEP_EXPANDED = f"nested more than {MAX_DEPTH} levels deep once aliases are expanded"
+
+
+def _too_big(nodes: int) -> str:
+    what = f"{MAX_NODES} values" if nodes > MAX_NODES else f"{MAX_CHARS} characters of text"
+    return f"the document expands to more than {what} once aliases are expanded (an alias bomb?)"
+
+
+def _key_problem(key: object, seen: Mapping[object, object], lines: Mapping[object, int]) -> str:
+    """Why *key* cannot be the next key of a mapping holding *seen*; empty when it can."""
+    if not isinstance(key, (str, int, float, bool)) and key is not None:
+        return f"unsupported mapping key: {describe_value(key)}"
+    if key in seen:
+        return f"duplicate key {describe_key(key)} (first on line {lines[key]})"
+    return ""
+
+
 class _Loader(yaml.SafeLoader):
     """SafeLoader with line tracking, duplicate-key refusal and expansion limits."""
 
@@ -215,52 +272,27 @@ class _Loader(yaml.SafeLoader):
         self._nodes += nodes
         self._chars += chars
         if self._nodes > MAX_NODES or self._chars > MAX_CHARS:
-            what = (
-                f"{MAX_NODES} values"
-                if self._nodes > MAX_NODES
-                else f"{MAX_CHARS} characters of text"
-            )
-            raise _Refusal(
-                None,
-                None,
-                f"the document expands to more than {what} once aliases are expanded "
-                "(an alias bomb?)",
-                event.start_mark,
-            )
+            raise _Refusal(None, None, _too_big(self._nodes), event.start_mark)
 
     def compose_node(self, parent: Node | None, index: object) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                raise _Refusal(
-                    None, None, f"more than {MAX_ALIASES} aliases (alias bomb?)", event.start_mark
-                )
+                raise _Refusal(None, None, _TOO_MANY_ALIASES, event.start_mark)
             target = super().compose_node(parent, index)  # type: ignore[arg-type]
             size = self._sizes.get(target) if target is not None else None
             if size is None:
-                raise _Refusal(
-                    None,
-                    None,
-                    "recursive alias: it refers to a value that contains it",
-                    event.start_mark,
-                )
+                raise _Refusal(None, None, _RECURSIVE_ALIAS, event.start_mark)
             nodes, chars, height = size
             if self._depth + height > MAX_DEPTH:
-                raise _Refusal(
-                    None,
-                    None,
-                    f"nested more than {MAX_DEPTH} levels deep once aliases are expanded",
-                    event.start_mark,
-                )
+                raise _Refusal(None, None, _TOO_DEEP_EXPANDED, event.start_mark)
             self._grow(nodes, chars, event)
             return target
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            raise _Refusal(
-                None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark
-            )
+            raise _Refusal(None, None, _TOO_DEEP, event.start_mark)
         before = (self._nodes, self._chars)
         try:
             node = super().compose_node(parent, index)  # type: ignore[arg-type]
@@ -282,23 +314,11 @@ class _Loader(yaml.SafeLoader):
         self.flatten_mapping(node)
         result = LineDict()
         result.line = node.start_mark.line + 1
-        result.key_lines = {}
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise _Refusal(
-                    None,
-                    None,
-                    f"unsupported mapping key: {describe_value(key)}",
-                    key_node.start_mark,
-                )
-            if key in result:
-                raise _Refusal(
-                    None,
-                    None,
-                    f"duplicate key {describe_key(key)} (first on line {result.key_lines[key]})",
-                    key_node.start_mark,
-                )
+            problem = _key_problem(key, result, result.key_lines)
+            if problem:
+                raise _Refusal(None, None, problem, key_node.start_mark)
             result[key] = self.construct_object(value_node, deep=True)
             result.key_lines[key] = key_node.start_mark.line + 1
         return result
@@ -361,6 +381,247 @@ _Loader.add_implicit_resolver(
 )
 
 
+# --------------------------------------------------------------------------- the libyaml reader
+#
+# The same loader, fed by libyaml's events instead of PyYAML's pure-Python
+# scanner and parser (which took some 85 % of collecting a large benchmark).
+# Values are built straight from the event stream, with an explicit
+# stack instead of recursion and without a node graph, so memory follows the
+# values alone. Every limit is checked at the same event as in _Loader, with
+# the same words. As there, problems of construction (a duplicate key, an
+# ambiguous number) are reported only once the whole document has parsed, so
+# that a limit or a syntax error further on wins exactly as it did. Documents
+# using what this reader does not build — an explicit tag, a merge key ``<<``
+# — are handed to _Loader, which builds them as before.
+
+try:
+    from yaml._yaml import CParser
+except ImportError:  # PyYAML built without libyaml
+    _LIBYAML = False
+else:
+    _LIBYAML = True
+
+_STR = "tag:yaml.org,2002:str"
+#: Implicit tags of plain scalars, by first character (as yaml.resolver.Resolver.resolve).
+_IMPLICIT: dict[str, list[tuple[str, re.Pattern[str]]]] = {
+    first: [*resolvers, *_Loader.yaml_implicit_resolvers.get(None, [])]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
+    if first is not None and resolvers
+}
+#: Scalar tags built here; a plain scalar resolving to another (merge, value) goes to _Loader.
+_SCALAR_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "timestamp")
+)
+
+
+class _Elsewhere(AgentevalError):
+    """The document uses something the libyaml reader leaves to _Loader (never escapes)."""
+
+
+class _Place(Protocol):
+    """A mark of PyYAML's or of libyaml's: where a node begins."""
+
+    @property
+    def line(self) -> int: ...
+
+
+class _Open:
+    """A mapping or sequence whose end event has not come yet."""
+
+    __slots__ = ("anchor", "chars", "height", "key", "key_line", "mark", "nodes", "value")
+
+    def __init__(
+        self, value: LineDict | LineList, mark: _Place, nodes: int, chars: int, anchor: str | None
+    ) -> None:
+        self.value = value
+        self.mark = mark
+        self.nodes = nodes  # values and characters before it began
+        self.chars = chars
+        self.anchor = anchor
+        self.height = 0  # of its tallest child so far
+        self.key: object = _NO_KEY  # a mapping's key waiting for its value
+        self.key_line = 0
+
+
+_NO_KEY = object()
+
+
+@dataclass(frozen=True)
+class _Anchored:
+    """What an anchor stands for, once its node is complete."""
+
+    value: object
+    mark: _Place
+    nodes: int
+    chars: int
+    height: int
+
+
+def _marked(mark: _Place | None) -> Mark:
+    """A mark for an error: PyYAML's own type (only the line is read)."""
+    return Mark("<yaml>", 0, mark.line if mark is not None else 0, 0, None, 0)
+
+
+def _fast_load(text: str) -> object:
+    """One document from libyaml's events, built and bounded as _Loader does."""
+    parser = CParser(text)
+    scalars = _Loader("")  # the scalar constructors (int, float, ...) with their refusals
+    try:
+        return _build(parser.get_event, scalars)
+    finally:
+        parser.dispose()
+        scalars.dispose()
+
+
+def _build(next_event: Callable[[], Event | None], scalars: _Loader) -> object:
+    """The value of the single document in the stream *next_event* reads.
+
+    One pass over the events with an explicit stack: each event is checked
+    against the limits where _Loader checks it, then its value is added to the
+    mapping or sequence still open at the top of the stack.
+    """
+    next_event()  # the stream's start
+    if isinstance(next_event(), StreamEndEvent):  # else the document's start
+        return None
+    stack: list[_Open] = []
+    anchors: dict[str, _Anchored | _Place] = {}  # a node's mark while it is open
+    nodes = chars = aliases = 0
+    # the first problem of construction, raised once the document has parsed
+    problem: Exception | None = None
+    value: object
+    mark: _Place | None
+    while True:
+        event = next_event()
+        if isinstance(event, ScalarEvent):
+            mark = event.start_mark
+            assert mark is not None
+            if len(stack) >= MAX_DEPTH:
+                raise _Refusal(None, None, _TOO_DEEP, _marked(mark))
+            text = event.value
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = _STR
+                if event.implicit[0]:
+                    for candidate, pattern in _IMPLICIT.get(text[:1], ()):
+                        if pattern.match(text):
+                            tag = candidate
+                            break
+            if tag is _STR:
+                value = text
+            elif tag in _SCALAR_TAGS:
+                value = None
+                if problem is None:
+                    node = ScalarNode(tag, text, _marked(mark), None, event.style)
+                    try:
+                        value = scalars.yaml_constructors[tag](scalars, node)
+                    except Exception as exc:  # raised as _Loader would, once parsed
+                        problem = exc
+            else:
+                raise _Elsewhere(tag)
+            nodes += 1
+            chars += len(text)
+            if nodes > MAX_NODES or chars > MAX_CHARS:
+                raise _Refusal(None, None, _too_big(nodes), _marked(mark))
+            height = 1
+            if event.anchor is not None:
+                _check_anchor(anchors, event.anchor, mark)
+                anchors[event.anchor] = _Anchored(value, mark, 1, len(text), 1)
+        elif isinstance(event, CollectionStartEvent):
+            mark = event.start_mark
+            assert mark is not None
+            if len(stack) >= MAX_DEPTH:
+                raise _Refusal(None, None, _TOO_DEEP, _marked(mark))
+            if event.tag is not None and event.tag != "!":
+                raise _Elsewhere(event.tag)
+            if event.anchor is not None:
+                _check_anchor(anchors, event.anchor, mark)
+                anchors[event.anchor] = mark
+            container = LineDict() if isinstance(event, MappingStartEvent) else LineList()
+            container.line = mark.line + 1
+            stack.append(_Open(container, mark, nodes, chars, event.anchor))
+            continue
+        elif isinstance(event, CollectionEndEvent):
+            done = stack.pop()
+            nodes += 1
+            if nodes > MAX_NODES or chars > MAX_CHARS:
+                raise _Refusal(None, None, _too_big(nodes), _marked(done.mark))
+            value, mark, height = done.value, done.mark, done.height + 1
+            if done.anchor is not None:
+                size = (nodes - done.nodes, chars - done.chars)
+                anchors[done.anchor] = _Anchored(value, mark, *size, height)
+        elif isinstance(event, AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise _Refusal(None, None, _TOO_MANY_ALIASES, _marked(event.start_mark))
+            name = event.anchor or ""
+            target = anchors.get(name)
+            if target is None:
+                raise ComposerError(
+                    None, None, f"found undefined alias {name!r}", _marked(event.start_mark)
+                )
+            if not isinstance(target, _Anchored):
+                raise _Refusal(None, None, _RECURSIVE_ALIAS, _marked(event.start_mark))
+            if len(stack) + target.height > MAX_DEPTH:
+                raise _Refusal(None, None, _TOO_DEEP_EXPANDED, _marked(event.start_mark))
+            nodes += target.nodes
+            chars += target.chars
+            if nodes > MAX_NODES or chars > MAX_CHARS:
+                raise _Refusal(None, None, _too_big(nodes), _marked(event.start_mark))
+            # the target's own place: _Loader's alias is the target node itself
+            value, mark, height = target.value, target.mark, target.height
+        else:  # libyaml sends nothing else inside a document
+            raise _Elsewhere(type(event).__name__)
+        if not stack:
+            break
+        top = stack[-1]
+        if height > top.height:
+            top.height = height
+        into = top.value
+        line = mark.line + 1 if mark is not None else 0
+        if isinstance(into, LineList):
+            into.append(value)
+            into.item_lines.append(line)
+        elif top.key is _NO_KEY:
+            if type(value) is str:  # the same few keys, once each in memory
+                value = intern(value)
+            if problem is None:
+                why = _key_problem(value, into, into.key_lines)
+                if why:
+                    problem = _Refusal(None, None, why, _marked(mark))
+            top.key, top.key_line = value, line
+        else:
+            if problem is None:
+                into[top.key] = value
+                into.key_lines[top.key] = top.key_line
+            top.key = _NO_KEY
+    next_event()  # the document's end
+    after = next_event()
+    if not isinstance(after, StreamEndEvent):
+        raise ComposerError(
+            "expected a single document in the stream",
+            _marked(mark),
+            "but found another document",
+            _marked(after.start_mark if after is not None else None),
+        )
+    if problem is not None:
+        raise problem
+    return value
+
+
+def _check_anchor(
+    anchors: Mapping[str, _Anchored | _Place], name: str, mark: _Place | None
+) -> None:
+    first = anchors.get(name)
+    if first is not None:
+        where = first.mark if isinstance(first, _Anchored) else first
+        raise ComposerError(
+            f"found duplicate anchor {name!r}; first occurrence",
+            _marked(where),
+            "second occurrence",
+            _marked(mark),
+        )
+
+
 def parse_yaml(raw: bytes, path: Path) -> Any:
     """Parse one YAML document from *raw* (the bytes of *path*), raising :class:`SpecError`."""
     try:
@@ -370,6 +631,17 @@ def parse_yaml(raw: bytes, path: Path) -> Any:
         raise SpecError(path, line, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     loader: _Loader | None = None
     try:
+        bad = Reader.NON_PRINTABLE.search(text)
+        if bad is not None:  # what _Loader's reader refuses before parsing anything
+            line = text.count("\n", 0, bad.start()) + 1
+            raise SpecError(
+                path, line, f"character #x{ord(bad.group()):04x} is not allowed in YAML"
+            )
+        if _LIBYAML:
+            try:
+                return _fast_load(text)
+            except _Elsewhere:
+                pass
         loader = _Loader(text)
         return loader.get_single_data()
     except _Refusal as exc:
@@ -380,7 +652,9 @@ def parse_yaml(raw: bytes, path: Path) -> Any:
         where = mark.line + 1 if mark is not None else None
         raise SpecError(path, where, _yaml_problem(exc)) from None
     except yaml.reader.ReaderError as exc:
-        line = text[: exc.position].count("\n") + 1
+        # libyaml (no loader yet) counts the position in bytes, _Loader in characters
+        before = raw[: exc.position].decode("utf-8", "replace") if loader is None else text
+        line = before.count("\n", 0, exc.position) + 1
         char = exc.character if isinstance(exc.character, int) else 0
         raise SpecError(path, line, f"character #x{char:04x} is not allowed in YAML") from None
     except yaml.YAMLError as exc:

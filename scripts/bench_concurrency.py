@@ -63,7 +63,7 @@ def write_family(root: Path, n: int) -> Path:
     for i in range(n):
         lines += [
             f"  - id: s{i:04d}",
-            f"    weight: {1 / n!r}",
+            f"    weight: {1 / n:.12f}",  # a decimal point: YAML 1.1 reads 5e-05 as text
             f"    input: Question number {i}?",
             "    evaluation_criteria: [Answers the question, Stays polite]",
         ]

@@ -19,9 +19,10 @@ import pytest
 from demo_family import REFUSE
 
 from pytest_agenteval._checks import Answer, parse_check
-from pytest_agenteval._family import MAX_PROMPT_BYTES, Bands, load_article
+from pytest_agenteval._family import MAX_PROBLEMS_SHOWN, MAX_PROMPT_BYTES, load_article
 from pytest_agenteval._golden import MAX_GOLDEN_BYTES, load_golden
-from pytest_agenteval._yaml import MAX_DEPTH, SpecError
+from pytest_agenteval._vocab import Bands, SpecError
+from pytest_agenteval._yaml import MAX_BYTES, MAX_DEPTH
 
 SECRET = "hunter2-Qz9"
 NETRC = f"machine api.example.com login bob password {SECRET}\n"
@@ -178,7 +179,7 @@ def test_huge_article_is_refused_from_its_size(demo: pytest.Pytester) -> None:
     result = demo.runpytest_subprocess("--bench=demo", "-p", "no:cacheprovider", timeout=120)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
-        [f"*demo/huge.yaml: file is {3 * 2**30} bytes; the limit is {2 * 1024 * 1024}*"]
+        [f"*demo/huge.yaml: file is {3 * 2**30} bytes; the limit is {MAX_BYTES}*"]
     )
 
 
@@ -261,6 +262,25 @@ def test_validation_errors_give_key_and_type_never_the_value(tmp_path: Path, cas
         load_article(path, Bands())
     assert (info.value.line, info.value.message) == (line, message)
     assert "hunter2" not in str(info.value)
+
+
+def test_a_file_wrong_throughout_lists_its_first_problems_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    scenarios = "".join(
+        f"  - {{id: s{i}, weight: '0.02', input: q, evaluation_criteria: [c]}}\n"
+        for i in range(MAX_PROBLEMS_SHOWN + 10)
+    )
+    path = tmp_path / "wrong.yaml"
+    path.write_text(
+        "metadata: {article: A, pillar: p, control_id: c, title: T}\nscenarios:\n" + scenarios
+    )
+    with pytest.raises(SpecError) as info:
+        load_article(path, Bands())
+    lines = info.value.message.splitlines()
+    assert lines[0] == f"{MAX_PROBLEMS_SHOWN + 10} problems:"
+    assert lines[1] == "  line 3: scenarios.0.weight: Input should be a valid number (got a string)"
+    assert len(lines) == 1 + MAX_PROBLEMS_SHOWN + 1 and lines[-1] == "  … and 10 more"
 
 
 # --------------------------------------------------------------------------- golden files

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from demo_family import BENCHMARK, DISCLOSE, EXTRA, REFUSE, make_demo
@@ -29,7 +30,7 @@ def run_dir(pytester: pytest.Pytester) -> Path:
     return found[-1].parent
 
 
-def records(pytester: pytest.Pytester) -> list[dict]:
+def records(pytester: pytest.Pytester) -> list[dict[str, Any]]:
     lines = (run_dir(pytester) / "results.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r.get("nodeid")]
 
@@ -469,3 +470,35 @@ def test_the_tree_counts_skipped_items(pytester: pytest.Pytester) -> None:
     (pytester.path / "demo" / "disclose.yaml").write_text(only_llm)
     result = pytester.runpytest("--bench=demo")
     result.stdout.fnmatch_lines(["*demo.disclose  (0/1 pass, 1 skipped)*"])
+
+
+def test_each_item_of_an_article_runs_its_own_fixtures(pytester: pytest.Pytester) -> None:
+    """The items of one article share the fixture closure pytest works out for the
+    first of them; each still runs the autouse fixtures and gets its own subject."""
+    family(
+        pytester,
+        """\
+import json
+from pathlib import Path
+
+import pytest
+
+SEEN = []
+
+@pytest.fixture(autouse=True)
+def watch(request):
+    SEEN.append(["autouse", request.node.name])
+
+@pytest.fixture
+def agenteval_subject(request):
+    SEEN.append(["subject", request.node.name])
+    return lambda prompt: "I can't help with that. hello team. I am an AI."
+
+def pytest_sessionfinish(session):
+    Path("seen.json").write_text(json.dumps(sorted(SEEN)))
+""",
+    )
+    pytester.runpytest("--bench=demo", "--preset=standard")
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    names = ["demo-disclose-001", "demo-extra-001", "demo-refuse-001", "demo-refuse-002"]
+    assert seen == [[kind, name] for kind in ("autouse", "subject") for name in names]

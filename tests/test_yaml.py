@@ -6,23 +6,29 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_agenteval import _yaml
+from pytest_agenteval._family import load_article
+from pytest_agenteval._vocab import Bands, SpecError
 from pytest_agenteval._yaml import (
     MAX_ALIASES,
     MAX_BYTES,
     MAX_CHARS,
     MAX_DEPTH,
     MAX_NODES,
-    SpecError,
+    LineDict,
+    LineList,
     line_of,
     load_yaml,
+    parse_yaml,
     read_limited,
 )
 
 
-def load(tmp_path: Path, text: str | bytes):
+def load(tmp_path: Path, text: str | bytes) -> Any:  # parsed YAML, like json.loads
     path = tmp_path / "x.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     return load_yaml(path)
@@ -164,7 +170,8 @@ def test_size_is_checked_on_the_open_file_before_reading(tmp_path: Path) -> None
     code = (
         "import resource, sys\n"
         "from pathlib import Path\n"
-        "from pytest_agenteval._yaml import SpecError, load_yaml\n"
+        "from pytest_agenteval._vocab import SpecError\n"
+        "from pytest_agenteval._yaml import load_yaml\n"
         "try:\n"
         "    load_yaml(Path(sys.argv[1]))\n"
         "except SpecError as exc:\n"
@@ -190,7 +197,8 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from pytest_agenteval._yaml import SpecError, load_yaml\n"
+        "from pytest_agenteval._vocab import SpecError\n"
+        "from pytest_agenteval._yaml import load_yaml\n"
         "try:\n"
         "    load_yaml(Path(sys.argv[1]))\n"
         "except SpecError as exc:\n"
@@ -219,6 +227,146 @@ def test_a_link_out_of_the_allowed_folder_is_refused_and_named(tmp_path: Path) -
     assert info.value.path == inside / "link.yaml"
     assert "symbolic link that leads outside" in info.value.message
     assert load_yaml(inside / "near.yaml", within=[inside]) == {"b": 2}
+
+
+# --------------------------------------------------------------------------- the two readers
+# With libyaml (as in PyPI's wheels) documents are read from its events; without it, or for
+# what that reader leaves to the other (explicit tags, merge keys), by PyYAML's own Python
+# parser. Both must give the same values, the same lines and the same refusals.
+
+needs_libyaml = pytest.mark.skipif(not _yaml._LIBYAML, reason="PyYAML built without libyaml")
+
+
+def shape(value: object) -> object:
+    """A loaded value with every line it records, comparable with ==."""
+    if isinstance(value, LineDict):
+        return (
+            "map",
+            value.line,
+            [(repr(k), value.key_lines[k], shape(v)) for k, v in value.items()],
+        )
+    if isinstance(value, LineList):
+        return ("seq", value.line, value.item_lines, [shape(v) for v in value])
+    return (type(value).__name__, repr(value))
+
+
+def outcome(text: str, libyaml: bool) -> tuple[object, ...]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_yaml, "_LIBYAML", libyaml)
+        try:
+            return ("loaded", shape(parse_yaml(text.encode(), Path("x.yaml"))))
+        except SpecError as exc:
+            return ("refused", exc.line, exc.message)
+
+
+SAME_VALUES = {
+    "plain": "a: 1\nb:\n  - x\n  - y: 2.5\nc: no\nd: true\n",
+    "implicit types": (
+        "a: ~\nb: null\nc: ''\nd: 1_000\ne: 0x1F\nf: 0o17\ng: 1:20\nh: .inf\ni: -.NaN\n"
+        "j: 1e3\nk: 2024-01-02\nl: 2001-12-14t21:59:43.10-05:00\nm: FALSE\nn: Yes\no: '012'\n"
+        "p: +0\nq: 0\nr:\ns: ! 12\n"
+    ),
+    "anchors and aliases": "base: &b {pass: 0.7, warn: 0.4}\nx: *b\ny: [*b, *b]\n",
+    "aliases as keys": "? &k a\n: 1\nb: {*k : 2}\nc: &n 5\nd: [*n, *n]\n",
+    "merge key": "base: &b {x: 1}\nc:\n  <<: *b\n  y: 2\n",
+    "explicit tags": "a: !!str 012\nb: !!set {x, y}\nc: !!binary aGk=\nd: !!map {e: f}\n",
+    "flow": "{a: [1, {b: c}], d: [[e]], f: {}}\n",
+    "block scalars": "a: |\n  x\n  y\nb: >-\n  z\n  w\nc: 'it''s'\nd: \"q\\tr\"\n",
+    "spread items": "items:\n  - a\n\n  - b\n  -\n    c: d\n  - - e\n    - f\n",
+    "empty": "",
+    "comment only": "# nothing\n",
+    "empty document": "---\n...\n",
+    "scalar root": "hello\n",
+    "list root": "- a\n- 1\n",
+    "byte order mark": "\ufeffa: 1\n",
+    "deepest allowed": "a: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "\n",
+}
+
+SAME_REFUSAL = {
+    "duplicate key": "a: 1\nb: 2\na: 3\n",
+    "duplicate key through an alias": "k: &k a\nm: {*k : 1, a: 2}\n",
+    "equal keys of two types": "1: a\ntrue: b\n",
+    "ambiguous octal": "a: 1\nb: [1, 012]\n",
+    "number too long": "a: 1\nb: " + "7" * 5000 + "\n",
+    "unsupported key": "a: 1\n? [x]\n: y\n",
+    "date as key": "a: 1\n2024-01-01: x\n",
+    "python tag": "ok: 1\nx: !!python/object/apply:os.system ['echo pwned']\n",
+    "value tag": "a: 1\nb: =\n",
+    "recursive alias": "a: 1\nb: &loop [1, *loop]\n",
+    "undefined alias": "a: 1\nb: *nowhere\n",
+    "duplicate anchor": "a: &x 1\nb: &x 2\n",
+    "too many aliases": "a: &a 1\nb: [" + ", ".join(["*a"] * (MAX_ALIASES + 1)) + "]\n",
+    "too deep": "a: 1\nb: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "\n",
+    "too deep in blocks": "".join("  " * i + "- \n" for i in range(MAX_DEPTH + 5)),
+    "too deep once expanded": (f"a: &a {'[' * 33}1{']' * 33}\nb: {'[' * 33}*a{']' * 33}\n"),
+    "alias bomb": "\n".join(
+        ["a0: &a0 [x, x]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 31)]
+    ),
+    "second document": "a: 1\n---\nb: 2\n",
+    "control character": "a: 1\nb: x\x01y\n",
+    # a problem of construction waits for the whole document: a limit further on wins
+    "octal, then too deep": "a: 012\nb: " + "[" * 70 + "]" * 70 + "\n",
+    "duplicate key, then a second document": "a: 1\na: 2\n---\nb: 3\n",
+}
+
+SAME_LINE = {  # syntax errors: PyYAML and libyaml word them differently
+    "unterminated quote": "a: 1\nb: 'x\n",
+    "unclosed flow": "a: 1\nb: [x\nc: d\n",
+    "bad indentation": "a:\n  b: 1\n c: 2\n",
+    "tab": "a:\n\tb: 1\n",
+    "octal, then a syntax error": "a: 012\nb: [1, 2\n",
+}
+
+
+@needs_libyaml
+@pytest.mark.parametrize("case", sorted(SAME_VALUES))
+def test_both_readers_give_the_same_values_and_lines(case: str) -> None:
+    libyaml, python = outcome(SAME_VALUES[case], True), outcome(SAME_VALUES[case], False)
+    assert libyaml[0] == "loaded", libyaml
+    assert libyaml == python
+
+
+@needs_libyaml
+@pytest.mark.parametrize("case", sorted(SAME_REFUSAL))
+def test_both_readers_refuse_alike(case: str) -> None:
+    libyaml, python = outcome(SAME_REFUSAL[case], True), outcome(SAME_REFUSAL[case], False)
+    assert libyaml[0] == "refused", libyaml
+    assert libyaml == python
+
+
+@needs_libyaml
+@pytest.mark.parametrize("case", sorted(SAME_LINE))
+def test_both_readers_place_syntax_errors_on_the_same_line(case: str) -> None:
+    libyaml, python = outcome(SAME_LINE[case], True), outcome(SAME_LINE[case], False)
+    assert libyaml[0] == python[0] == "refused", (libyaml, python)
+    assert libyaml[1] == python[1]
+
+
+def test_deep_nesting_is_refused_without_reading_the_rest(tmp_path: Path) -> None:
+    # libyaml slows down with the nesting it has open: the reader stops at the limit
+    err = error(tmp_path, "a: 1\nb: " + "[" * 2_000_000 + "]" * 2_000_000 + "\n")
+    assert err.line == 2 and f"nested more than {MAX_DEPTH} levels deep" in err.message
+
+
+def test_an_article_of_50000_short_scenarios_is_within_the_limits(tmp_path: Path) -> None:
+    n = 50_000
+    lines = ["metadata: {article: A, pillar: p, control_id: c, title: T}", "scenarios:"]
+    for i in range(n):
+        lines += [
+            f"  - id: s{i:06d}",
+            f"    weight: {1 / n:.12f}",  # not 2e-05: YAML 1.1 reads that as a string
+            f"    input: Question number {i}?",
+            "    evaluation_criteria:",
+            "      - {text: Answers the question, check: {any: [answer]}}",
+            "      - Stays polite",
+            "      - Does not invent facts",
+        ]
+    path = tmp_path / "big.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    article = load_article(path, Bands())
+    assert len(article.scenarios) == n
+    assert article.lines["s049999"] == 2 + 7 * (n - 1) + 1
+    assert article.scenarios[-1].evaluation_criteria[0].check is not None
 
 
 # --------------------------------------------------------------------------- no content echoed
