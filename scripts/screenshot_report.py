@@ -49,17 +49,24 @@ def html_from_run_dir(run_dir: Path, scratch: Path) -> Path:
     repo = Path(__file__).resolve().parent.parent
     if str(repo) not in sys.path:  # running from a checkout without an install
         sys.path.insert(0, str(repo))
+    from pytest_agenteval._model import CalibrationReport, ReportRecord, RunSummary
     from pytest_agenteval.reports._human import render_html
 
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    summary = RunSummary.from_json(
+        json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    )
     records = []
     results = run_dir / "results.jsonl"
     if results.is_file():
         with results.open(encoding="utf-8") as fh:
-            records = [json.loads(line) for line in fh if line.strip()]
+            lines = [json.loads(line) for line in fh if line.strip()]
+        # the item lines (the seal and calibration entries have no graded result)
+        records = [ReportRecord.from_json(line) for line in lines if "result" in line]
     calibration = None
     if (run_dir / "calibration.json").is_file():
-        calibration = json.loads((run_dir / "calibration.json").read_text(encoding="utf-8"))
+        calibration = CalibrationReport.from_json(
+            json.loads((run_dir / "calibration.json").read_text(encoding="utf-8"))
+        )
     out = scratch / "report.html"
     out.write_text(render_html(summary, records, calibration=calibration), encoding="utf-8")
     return out

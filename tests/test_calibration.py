@@ -11,7 +11,7 @@ from demo_family import COMPAT, SUBJECT
 
 from pytest_agenteval._calibration import UNDEFINED_KAPPA, calibration_report
 from pytest_agenteval._golden import load_golden
-from pytest_agenteval._yaml import SpecError
+from pytest_agenteval._vocab import SpecError
 
 KEYWORD_JUDGE = """
 import pytest
@@ -724,13 +724,13 @@ def test_gate_on_lower_bound_uses_the_interval() -> None:
     assert m["kappa"] == pytest.approx(0.8) and m["accuracy"] == pytest.approx(0.9)
     assert point["gate"]["passed"] is True
     lower = calibration_report(rows, gate_on="lower")
-    lo = m["kappa_ci"][0]
-    assert lo < 0.61
+    kappa_ci = m["kappa_ci"]
+    assert kappa_ci is not None
+    lo, hi = kappa_ci[0], kappa_ci[1]
+    assert lo is not None and lo < 0.61
     reasons = lower["pillars"]["p"]["gate"]["reasons"]
-    assert (
-        reasons[0]
-        == f"kappa lower bound {lo:.2f} < 0.61 (κ 0.800 [{lo:.2f}, {m['kappa_ci'][1]:.2f}])"
-    )
+    assert reasons[0] == f"kappa lower bound {lo:.2f} < 0.61 (κ 0.800 [{lo:.2f}, {hi:.2f}])"
+
     assert lower["gate"]["passed"] is False and lower["gate"]["on"] == "lower"
     with pytest.raises(ValueError, match="gate_on"):
         calibration_report(rows, gate_on="mean")
@@ -826,6 +826,7 @@ def test_golden_stats_derives_strata_of_agenteval_files(pytester: pytest.Pyteste
 
 
 def test_calibration_reports_escape_hostile_text_and_fit_a_pr_comment() -> None:
+    from pytest_agenteval._model import CalibrationReport, RunSummary
     from pytest_agenteval.reports._human import (
         MARKDOWN_BUDGET,
         render_calibration_html,
@@ -836,8 +837,25 @@ def test_calibration_reports_escape_hostile_text_and_fit_a_pr_comment() -> None:
     for r in rows:
         r["rationale"] = "<script>alert(1)</script> @maintainers " + "because " * 200
         r["reasoning"] = "| ignore the rubric |\x1b[31m red\x00"
-    report = calibration_report(rows, split="all")
-    summary = {"family": "demo", "judge": ["keyword"], "items": {"passed": 1, "failed": 400}}
+    report = CalibrationReport.from_json(calibration_report(rows, split="all"))
+    summary = RunSummary.from_json(
+        {
+            "schema": "pytest-agenteval/summary/1",
+            "run_id": "r" * 64,
+            "family": "demo",
+            "preset": "calibration (standard thresholds)",
+            "subject": "calibration-keyword",
+            "judge": ["keyword"],
+            "score": None,
+            "verdict": "fail",
+            "gate": {"passed": False, "reasons": []},
+            "items": {"passed": 1, "failed": 400, "errors": 0, "skipped": 0},
+            "nodes": [],
+            "started_at": "2026-01-02T03:04:05Z",
+            "ended_at": "2026-01-02T03:05:06Z",
+            "plugin_version": "0.1.0",
+        }
+    )
     md = render_calibration_markdown(summary, report)
     html = render_calibration_html(summary, report)
     assert len(md) <= MARKDOWN_BUDGET and "shortened to fit a GitHub comment" in md

@@ -21,7 +21,9 @@ from prbench import SIX, line_of, make_prbench
 from pytest_agenteval.__main__ import main as agenteval
 from pytest_agenteval._baseline import load_run
 from pytest_agenteval._compare import comparison_text
+from pytest_agenteval._model import RunSummary
 from pytest_agenteval.reports._github import (
+    SealedRun,
     error_annotations,
     escape_data,
     escape_property,
@@ -40,7 +42,8 @@ def _runs(pytester: pytest.Pytester) -> list[Path]:
 
 
 def _summary(run: Path) -> dict[str, Any]:
-    return json.loads((run / "summary.json").read_text())
+    data: dict[str, Any] = json.loads((run / "summary.json").read_text())
+    return data
 
 
 def _run(
@@ -237,46 +240,68 @@ def test_suite_terms_of_the_gate(
 # --------------------------------------------------------------------------- GitHub, pure
 
 
+def summary_of(**fields: Any) -> RunSummary:
+    """A summary.json of family f with what every summary has, and *fields*."""
+    return RunSummary.from_json(
+        {
+            "schema": "pytest-agenteval/summary/1",
+            "run_id": "r" * 64,
+            "family": "f",
+            "preset": "smoke",
+            "subject": "agent",
+            "judge": ["rules"],
+            "score": None,
+            "verdict": "fail",
+            "gate": {"passed": False, "reasons": []},
+            "items": {"passed": 0, "failed": 0, "errors": 0, "skipped": 0},
+            "nodes": [],
+            "started_at": "2026-01-02T03:04:05Z",
+            "ended_at": "2026-01-02T03:05:06Z",
+            "plugin_version": "0.1.0",
+            **fields,
+        }
+    )
+
+
 def test_workflow_command_escaping() -> None:
     assert escape_data("50% done\r\nnext") == "50%25 done%0D%0Anext"
     assert escape_property("a:b,c%") == "a%3Ab%2Cc%25"
     [line] = error_annotations(
-        [
-            {
-                "family": "f",
-                "gate": {"critical_failures": ["id-1"]},
-                "regression": {},
-            }
-        ],
+        [summary_of(gate={"passed": False, "reasons": [], "critical_failures": ["id-1"]})],
         {("f", "id-1"): ("dir/x,y.yaml", 7)},
     )
     assert line.startswith("::error file=dir/x%2Cy.yaml,line=7,title=agenteval%3A critical")
     # a newline in an id cannot start another workflow command
     [hostile] = error_annotations(
-        [{"family": "f", "gate": {"critical_failures": ["a\n::warning::x"]}}]
+        [
+            summary_of(
+                gate={"passed": False, "reasons": [], "critical_failures": ["a\n::warning::x"]}
+            )
+        ]
     )
     assert "\n" not in hostile and "%0A::warning::x" in hostile
 
 
 def test_annotations_are_capped_at_ten() -> None:
     crit = [f"id-{i}" for i in range(25)]
-    lines = error_annotations([{"family": "f", "gate": {"critical_failures": crit}}])
+    lines = error_annotations(
+        [summary_of(gate={"passed": False, "reasons": [], "critical_failures": crit})]
+    )
     assert len(lines) == 10 and "16 more agenteval findings" in lines[-1]
 
 
 def test_job_summary_of_a_run_without_baseline() -> None:
     md = job_summary(
         [
-            {
-                "family": "f",
-                "preset": "smoke",
-                "score": 0.695,
-                "verdict": "warn",
-                "gate": {"passed": True, "notes": ["root verdict WARN"]},
-                "items": {"passed": 1},
-                "baseline_note": "no complete earlier run | here",
-                "nodes": [],
-            }
+            SealedRun(
+                summary_of(
+                    score=0.695,
+                    verdict="warn",
+                    gate={"passed": True, "reasons": [], "notes": ["root verdict WARN"]},
+                    items={"passed": 1, "failed": 0, "errors": 0, "skipped": 0},
+                    baseline_note="no complete earlier run | here",
+                )
+            )
         ]
     )
     assert "## ✅ agenteval · f · smoke — gate PASSED" in md

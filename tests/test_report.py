@@ -5,24 +5,27 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
 import pytest
 
 from pytest_agenteval import CriterionResult, EvalResult
+from pytest_agenteval._model import CalibrationReport, ReportRecord, RunSummary
 from pytest_agenteval.evidence._run_dir import node_dict
+from pytest_agenteval.reports import _human
 from pytest_agenteval.reports._human import (
     ANSWER_LIMIT,
     DISCLAIMER,
     MARKDOWN_BUDGET,
-    build_view,
+    ReportView,
     clean_text,
     fmt_score,
-    render_html,
-    render_markdown,
+    shown_record,
 )
 
 HOSTILE = (
@@ -31,6 +34,69 @@ HOSTILE = (
 )
 LONG = "A" * 3000 + " tail-marker"
 Verdict = Literal["pass", "warn", "fail", "error", "skipped"]
+
+# The runs below are JSON, as read from a run directory; the writers take the run model.
+
+
+def _typed(
+    summary: Mapping[str, object],
+    records: Sequence[Mapping[str, object]],
+    calibration: Mapping[str, object] | None,
+) -> tuple[RunSummary, list[ReportRecord], CalibrationReport | None]:
+    return (
+        RunSummary.from_json(summary),
+        [ReportRecord.from_json(r) for r in records],
+        None if calibration is None else CalibrationReport.from_json(calibration),
+    )
+
+
+def render_html(
+    summary: Mapping[str, object],
+    records: Sequence[Mapping[str, object]],
+    *,
+    calibration: Mapping[str, object] | None = None,
+) -> str:
+    s, r, c = _typed(summary, records, calibration)
+    return _human.render_html(s, r, calibration=c)
+
+
+def render_markdown(
+    summary: Mapping[str, object],
+    records: Sequence[Mapping[str, object]],
+    *,
+    calibration: Mapping[str, object] | None = None,
+) -> str:
+    s, r, c = _typed(summary, records, calibration)
+    return _human.render_markdown(s, r, calibration=c)
+
+
+def build_view(
+    summary: Mapping[str, object], records: Sequence[Mapping[str, object]]
+) -> ReportView:
+    s, r, _ = _typed(summary, records, None)
+    return _human.build_view(s, r)
+
+
+def summary_of(**fields: object) -> dict[str, object]:
+    """A summary.json with what every summary has, and *fields*."""
+    return {
+        "schema": "pytest-agenteval/summary/1",
+        "run_id": "r" * 64,
+        "family": "x",
+        "preset": "smoke",
+        "subject": "s",
+        "judge": ["rules"],
+        "score": None,
+        "verdict": "error",
+        "gate": {"passed": False, "reasons": []},
+        "items": {"passed": 0, "failed": 0, "errors": 0, "skipped": 0},
+        "nodes": [],
+        "started_at": "2026-01-02T03:04:05Z",
+        "ended_at": "2026-01-02T03:05:06Z",
+        "plugin_version": "0.1.0",
+        **fields,
+    }
+
 
 # --------------------------------------------------------------------------- a real-shaped run
 
@@ -229,7 +295,11 @@ def make_run(*, gate_passed: bool = False) -> tuple[dict[str, Any], list[dict[st
                 "answer": answers[scenario.key],
                 "tool_calls": [],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-                "cost": 0.25,
+                "cost": {
+                    "subject": {"usd": 0.05, "prompt_tokens": 10, "completion_tokens": 5},
+                    "judge": {"usd": 0.2, "prompt_tokens": 100, "completion_tokens": 20},
+                    "total": {"usd": 0.25, "prompt_tokens": 110, "completion_tokens": 25},
+                },
                 "timings": {"subject_s": 0.5, "judge_s": 1.0},
                 "result": scenario.to_dict(),
             }
@@ -252,6 +322,7 @@ def make_calibration() -> dict[str, Any]:
             "brier": 0.12,
             "ece": 0.05,
             "auc": 0.91,
+            "split": "holdout",
             "reliability": [
                 {
                     "lo": i / 5,
@@ -263,12 +334,13 @@ def make_calibration() -> dict[str, Any]:
                 for i in range(5)
             ]
             + [{"lo": 0.0, "hi": 0.0, "n": 0, "mean_score": None, "frac_pass": None}],
-            "gate": {"threshold": 0.6, "passed": passed},
+            "gate": {"threshold": {"kappa": 0.6}, "passed": passed},
         }
 
     return {
         "overall": block(20, 0.71, True),
         "pillars": {"safety": block(12, 0.8, True), "privacy-pillar": block(8, None, False)},
+        "gate": {"passed": False, "reasons": ["privacy-pillar: kappa undefined"]},
     }
 
 
@@ -472,7 +544,7 @@ def test_lone_surrogate_and_nul_everywhere_do_not_crash() -> None:
     summary["subject"] = "agent\ud800\x00"
     summary["nodes"][0]["children"][0]["title"] = "pillar \udfff"
     records[0]["answer"] = "\ud83d\ude00 joined, lone \udc00, nul \x00"
-    records[0]["prompt"] = {"weird": "\ud800"}
+    records[0]["prompt"] = "weird \ud800"
     html = render_html(summary, records)
     md = render_markdown(summary, records)
     html.encode("utf-8")
@@ -481,52 +553,76 @@ def test_lone_surrogate_and_nul_everywhere_do_not_crash() -> None:
     assert "😀 joined, lone \\udc00, nul \\x00" in html
 
 
-def test_malformed_input_does_not_crash() -> None:
+def test_malformed_input_is_refused_where_it_is_read() -> None:
+    """Junk never reaches a writer: reading it into the run model fails, naming the field."""
     summary, records = make_run()
-    junk: list[Any] = [
-        None,
-        3,
+    junk_records: list[dict[str, Any]] = [
         {},
-        {"result": None, "answer": ["a", 1], "usage": "lots", "cost": "free", "timings": None},
-        {"scenario_id": 5, "result": {"verdict": "bogus", "score": "0.5", "criteria": "no"}},
-        {
-            "result": {
-                "criteria": [None, {"met": "yes"}],
-                "verdict": "fail",
-                "score": float("nan"),
-                "severity": 3,
-            }
-        },
-        {"condition": {"x": 1}, "sample": True, "nodeid": 7},
+        {**records[0], "result": None},
+        {**records[0], "answer": ["a", 1]},
+        {**records[0], "usage": "lots"},
+        {**records[0], "scenario_id": 5},
+        {**records[0], "result": {**records[0]["result"], "verdict": "bogus"}},
+        {**records[0], "result": {**records[0]["result"], "score": float("nan")}},
+        {**records[0], "result": {**records[0]["result"], "criteria": [None]}},
+        {**records[0], "condition": {"x": 1}},
     ]
-    broken = dict(
-        summary,
-        score="high",
-        bands=None,
-        gate=None,
-        judge=None,
-        nodes=[
-            {
-                "kind": "benchmark",
-                "title": 9,
-                "children": [
-                    None,
-                    {"id": None, "children": "x", "counts": {"pass": "many"}},
-                    {"id": 4, "title": ["t"], "weight": "w", "children": [{"id": 5}]},
-                ],
-            }
-        ],
-    )
-    cal: dict[str, Any] = {
-        "overall": {
-            "confusion": {"labels": ["a"], "matrix": [[1, 2], "x"]},
-            "reliability": [{"lo": "x"}],
-            "per_class": {"a": None},
-        },
-        "pillars": {"p": None},
+    for junk in junk_records:
+        with pytest.raises(pydantic.ValidationError):
+            ReportRecord.from_json(junk)
+    for broken in (
+        {**summary, "score": "high"},
+        {**summary, "gate": None},
+        {**summary, "judge": None},
+        {**summary, "nodes": [{"kind": "benchmark", "title": 9, "children": [None]}]},
+        {},
+    ):
+        with pytest.raises(pydantic.ValidationError):
+            RunSummary.from_json(broken)
+    cal = make_calibration()
+    cal["overall"]["confusion"] = {"labels": ["a"], "matrix": [[1, 2], "x"]}
+    with pytest.raises(pydantic.ValidationError):
+        CalibrationReport.from_json(cal)
+
+
+def test_sparse_input_renders() -> None:
+    """What the model allows to be missing or empty renders without a crash."""
+    summary, records = make_run()
+    sparse_records = [
+        {**records[0], "answer": None, "cost": None, "timings": None},
+        {**records[1], "result": {**records[1]["result"], "criteria": [], "meta": {}}},
+        {**records[2], "usage": {"input_tokens": "many"}, "sample": 2},
+    ]
+    bare_nodes = [
+        {
+            "id": "b",
+            "kind": "benchmark",
+            "score": None,
+            "verdict": "error",
+            "weight": 1.0,
+            "aggregation": None,
+            "children": [
+                {
+                    "id": "p",
+                    "kind": "pillar",
+                    "score": 0.5,
+                    "verdict": "warn",
+                    "weight": 1.0,
+                    "aggregation": "min",
+                },
+            ],
+        }
+    ]
+    cal = make_calibration()
+    cal["overall"] = {
+        "n": 0,
+        "accuracy": None,
+        "kappa": None,
+        "split": "holdout",
+        "gate": {"passed": None},
     }
-    for s, r in ((summary, records + junk), (broken, records), ({}, []), (broken, junk)):
-        for c in (cal, None, {}):
+    for s, r in ((summary, sparse_records), (summary_of(nodes=bare_nodes), []), (summary_of(), [])):
+        for c in (cal, None):
             render_html(s, r, calibration=c).encode("utf-8")
             render_markdown(s, r, calibration=c).encode("utf-8")
 
@@ -540,17 +636,7 @@ def test_summary_only_and_empty_runs_render() -> None:
     summary, _ = make_run()
     html = render_html(summary, [])
     assert "demo-001" in parse(html).text("failed")  # from the summary tree alone
-    empty = {
-        "family": "x",
-        "preset": "smoke",
-        "subject": "s",
-        "judge": ["rules"],
-        "score": None,
-        "verdict": "error",
-        "gate": {"passed": False, "reasons": ["nothing was graded"]},
-        "items": {},
-        "nodes": [],
-    }
+    empty = summary_of(gate={"passed": False, "reasons": ["nothing was graded"]})
     for out in (render_html(empty, []), render_markdown(empty, [])):
         assert "nothing was graded" in out
         assert "Nothing was graded" in out
@@ -833,7 +919,26 @@ def test_report_counts_are_per_item() -> None:
     flagged = replace(scenarios[0], children=(flagged_criterion, *criteria[1:]))
     assert node_dict(flagged)["injection_suspected"] is True
     assert "injection_suspected" not in node_dict(article)
-    summary = {"family": "fam", "score": 1.0, "verdict": "pass", "nodes": [nodes], "gate": {}}
+    summary = summary_of(family="fam", score=1.0, verdict="pass", nodes=[nodes])
     view = build_view(summary, [])
     assert view["total"] == 4
     assert [row["total"] for row in view["table"]] == [4, 4]
+
+
+def test_shown_record_keeps_what_the_reports_show() -> None:
+    """The session renders a projection of each record: the shown fields, nothing heavy."""
+    _, records = make_run()
+    full = ReportRecord.from_json(
+        {**records[0], "tool_calls": [{"name": "t", "arguments": {"x": 1}}]}
+    )
+    shown = shown_record(full)
+    assert (shown.scenario_id, shown.prompt, shown.answer) == (
+        full.scenario_id,
+        full.prompt,
+        full.answer,
+    )
+    assert shown.result.criteria == full.result.criteria
+    assert shown.result.meta.judge == "openai:gpt-test" and shown.result.meta.line == 12
+    assert shown.result.meta.usage is None and shown.result.children == []
+    assert shown.tool_calls == [] and shown.timings is None and shown.cost is None
+    assert full.tool_calls and full.timings is not None  # the record itself is untouched

@@ -1,9 +1,10 @@
 """Tests for the JUnit XML and SARIF report writers (pure modules, no pytest run).
 
-Records follow the shape the plugin produces: one plain dict per scenario
-item, with ``result`` as :meth:`EvalResult.to_dict` output. The hostile
-strings are RELIABILITY row 10; the size limits row 11; the redaction hook
-row 14.
+Records follow the shape the plugin produces: one JSON object per scenario
+item, with ``result`` as :meth:`EvalResult.to_dict` output, read into the run
+model (:class:`ReportRecord`, :class:`RunHeader`) as the session does before
+calling the writers. The hostile strings are RELIABILITY row 10; the size
+limits row 11; the redaction hook row 14.
 """
 
 from __future__ import annotations
@@ -13,24 +14,25 @@ import json
 import re
 import xml.etree.ElementTree as StdET
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pydantic
 import pytest
 from sarif_om import Message, Notification, Result
 
 from pytest_agenteval._evals import CriterionResult, EvalResult
-from pytest_agenteval.reports._junit import junit_xml, visible_escape
+from pytest_agenteval._model import ReportRecord, RunHeader
+from pytest_agenteval._vocab import JSONObject, Verdict
+from pytest_agenteval.reports import _junit, _sarif
+from pytest_agenteval.reports._junit import visible_escape
 from pytest_agenteval.reports._sarif import (
     FINGERPRINT_KEY,
     GITHUB_MAX_RESULTS,
     INJECTION_RULE_ID,
     SARIF_SCHEMA,
-    fingerprint,
-    sarif_json,
-    sarif_log,
     to_json,
 )
 
@@ -95,9 +97,54 @@ HOSTILE_TEXT = " | ".join(raw for raw, _ in HOSTILE.values())
 SECRET = "sk-test-0123456789abcdefSECRET"
 
 
+def typed(records: Sequence[Mapping[str, object]]) -> list[ReportRecord]:
+    return [ReportRecord.from_json(r) for r in records]
+
+
+def junit_xml(
+    records: Sequence[Mapping[str, object]],
+    run: Mapping[str, object],
+    *,
+    redact: Callable[[str], str] | None = None,
+) -> bytes:
+    return _junit.junit_xml(typed(records), RunHeader.from_json(run), redact=redact)
+
+
+def sarif_log(
+    records: Sequence[Mapping[str, object]],
+    run: Mapping[str, object],
+    *,
+    max_results: int = GITHUB_MAX_RESULTS,
+    max_message_chars: int = _sarif.DEFAULT_MAX_MESSAGE_CHARS,
+    max_gzip_bytes: int = _sarif.DEFAULT_MAX_GZIP_BYTES,
+) -> dict[str, Any]:
+    # the tests index deep into the log: a JSON object read as loosely as json.loads gives it
+    log: JSONObject = _sarif.sarif_log(
+        typed(records),
+        RunHeader.from_json(run),
+        max_results=max_results,
+        max_message_chars=max_message_chars,
+        max_gzip_bytes=max_gzip_bytes,
+    )
+    return log
+
+
+def sarif_json(
+    records: Sequence[Mapping[str, object]],
+    run: Mapping[str, object],
+    *,
+    redact: Callable[[str], str] | None = None,
+) -> bytes:
+    return _sarif.sarif_json(typed(records), RunHeader.from_json(run), redact=redact)
+
+
+def fingerprint(record: Mapping[str, object], run: Mapping[str, object]) -> str:
+    return _sarif.fingerprint(ReportRecord.from_json(record), RunHeader.from_json(run))
+
+
 def record(
     scenario_id: str,
-    verdict: str,
+    verdict: Verdict,
     *,
     article: str = "social",
     score: float | None = None,
@@ -127,7 +174,7 @@ def record(
         name=scenario_id,
         kind="scenario",
         score=score,
-        verdict=verdict,  # type: ignore[arg-type]
+        verdict=verdict,
         severity=severity,
         reasoning=reasoning,
         error=error,
@@ -146,11 +193,15 @@ def record(
         "family": family,
         "preset": "smoke",
         "scenario_id": scenario_id,
+        "condition": None,
+        "sample": 0,
         "subject": "reference_agent",
         "file": path,
         "line": line,
         "prompt": prompt,
         "answer": answer,
+        "tool_calls": [],
+        "usage": {},
         "result": result.to_dict(),
         "article": dict(meta),
         "timings": {"subject_s": 0.12, "judge_s": 0.3},
@@ -261,12 +312,12 @@ def test_junit_error_is_red_and_counted_as_error(junit_schema: Any) -> None:
     assert "judge timeout after 30s" in case.find("system-err").text
 
 
-def test_junit_unknown_verdict_is_an_error_never_a_pass(junit_schema: Any) -> None:
+def test_junit_unknown_verdict_never_reaches_the_writer() -> None:
+    # never a pass: the model refuses the record before any writer sees it
     broken = record("s-odd", "pass")
     broken["result"]["verdict"] = "maybe"
-    doc = parse_junit(junit_xml([broken], RUN), junit_schema)
-    assert doc.find("testsuite").get("errors") == "1"
-    assert cases(doc)["s-odd"].find("failure").get("type") == "agenteval.error"
+    with pytest.raises(pydantic.ValidationError, match="verdict"):
+        ReportRecord.from_json(broken)
 
 
 def test_junit_warn_passes_but_is_visible(junit_schema: Any) -> None:
@@ -360,7 +411,10 @@ def results_by_scenario(log: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def notifications(log: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return log["runs"][0]["invocations"][0].get("toolExecutionNotifications", [])
+    found: list[dict[str, Any]] = log["runs"][0]["invocations"][0].get(
+        "toolExecutionNotifications", []
+    )
+    return found
 
 
 def test_sarif_is_valid(sarif_validator: jsonschema.Draft4Validator) -> None:

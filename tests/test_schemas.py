@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 from demo_family import make_demo
 
-from pytest_agenteval._model import SCHEMA_DIR, render_schemas
+from pytest_agenteval._model import (
+    SCHEMA_DIR,
+    CalibrationReport,
+    ResultsLine,
+    RunSummary,
+    render_schemas,
+)
+from pytest_agenteval.evidence._chain import canonical_json
 
 
-def load(name: str) -> dict:
-    return json.loads((SCHEMA_DIR / name).read_text())
+def load(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads((SCHEMA_DIR / name).read_text())
+    return schema
 
 
-def fields(schema: dict) -> dict[str, tuple[list[str], list[str]]]:
+def fields(schema: dict[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
     """Each object's property names and required names: what staleness is about.
 
     The exact text depends on the pydantic version that writes it (CI also runs
@@ -54,10 +63,30 @@ def check_run(run: Path) -> None:
         validator("calibration.schema.json").validate(
             json.loads((run / "calibration.json").read_text())
         )
+    check_round_trip(run)
+
+
+def check_round_trip(run: Path) -> None:
+    """The models read each file and give back its JSON unchanged: keys, order and numbers."""
+    files: tuple[tuple[str, type[RunSummary] | type[CalibrationReport]], ...] = (
+        ("summary.json", RunSummary),
+        ("calibration.json", CalibrationReport),
+    )
+    for name, model in files:
+        path = run / name
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            again = model.from_json(json.loads(text)).to_json()
+            assert json.dumps(again, indent=2, ensure_ascii=False) + "\n" == text, name
+    for line in (run / "results.jsonl").read_bytes().splitlines():
+        record = ResultsLine.model_validate(json.loads(line)).root
+        assert canonical_json(record.to_json()) == line
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_benchmark_run_outputs_match_the_schemas(pytester: pytest.Pytester, workers: list) -> None:
+def test_benchmark_run_outputs_match_the_schemas(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
     make_demo(pytester)
     pytester.runpytest("--bench=demo", "--preset=standard", *workers)
     runs = sorted((pytester.path / ".agenteval" / "runs").rglob("summary.json"))

@@ -10,25 +10,27 @@
   per step, so at most ten are printed, the last one saying how many more
   there are.
 
-Pure functions of ``summary.json`` dicts (plus scenario locations); the
-session writes what they return. Every value is escaped the way the runner
-parses workflow commands (``%``, CR and LF in the message; also ``:`` and ``,``
-in properties), so no scenario id or reason can end the command early or start
-another one.
+Pure functions of the run model (:class:`~pytest_agenteval._model.RunSummary`,
+plus scenario locations); the session writes what they return. Every value is
+escaped the way the runner parses workflow commands (``%``, CR and LF in the
+message; also ``:`` and ``,`` in properties), so no scenario id or reason can
+end the command early or start another one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from .._compare import comparison_markdown
+from .._model import RunSummary
 from .._text import gfm_cell as _md
 from .._vocab import format_score
 
 __all__ = [
     "MAX_ANNOTATIONS",
     "MAX_SUMMARY_BYTES",
+    "SealedRun",
     "error_annotations",
     "escape_data",
     "escape_property",
@@ -43,6 +45,16 @@ MAX_SUMMARY_BYTES = 1024 * 1024 - 4096
 _ICON = {"pass": "✅ PASS", "warn": "⚠️ WARN", "fail": "❌ FAIL", "error": "⛔ ERROR"}
 
 Location = tuple[str, "int | None"]
+
+
+@dataclass(frozen=True)
+class SealedRun:
+    """A family's run as the job summary shows it: its summary, where it is, and the chain
+    head after the seal (the summary holds the records' head, before it)."""
+
+    summary: RunSummary
+    run_dir: str = ""
+    chain_head: str = ""
 
 
 def escape_data(text: str) -> str:
@@ -65,18 +77,16 @@ def _command(message: str, *, title: str, file: str | None = None, line: int | N
     return f"::error {','.join(props)}::{escape_data(message)}"
 
 
-def _g(value: Any) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.3g}"
-    return str(value)
+def _g(value: float | None) -> str:
+    return "None" if value is None else f"{value:.3g}"
 
 
-def _short(run_id: Any) -> str:
-    return str(run_id or "")[:12]
+def _short(run_id: str | None) -> str:
+    return (run_id or "")[:12]
 
 
 def error_annotations(
-    summaries: Sequence[Mapping[str, Any]],
+    summaries: Sequence[RunSummary],
     locations: Mapping[tuple[str, str], Location] | None = None,
     *,
     limit: int = MAX_ANNOTATIONS,
@@ -90,45 +100,45 @@ def error_annotations(
     where = dict(locations or {})
     found: list[tuple[str, str, str | None, int | None]] = []  # message, title, file, line
     for summary in summaries:
-        family = str(summary.get("family") or "")
-        label = family + (f" · {summary['condition']}" if summary.get("condition") else "")
-        regression = summary.get("regression") or {}
-        if regression.get("failed_gate"):
-            baseline = _short((summary.get("baseline") or {}).get("run_id"))
+        family = summary.family
+        label = family + (f" · {summary.condition}" if summary.condition else "")
+        regression = summary.regression
+        if regression is not None and regression.failed_gate:
+            baseline = _short(summary.baseline.run_id if summary.baseline else None)
             found.append(
                 (
-                    f"{label}: {regression.get('node')} ({regression.get('level')}) dropped "
-                    f"{_g(regression.get('max_drop'))} against baseline run {baseline} "
-                    f"(regression_max {_g(regression.get('regression_max'))}; sign test p = "
-                    f"{_g(regression.get('p_value'))} ≤ α {_g(regression.get('alpha'))}); "
+                    f"{label}: {regression.node} ({regression.level}) dropped "
+                    f"{_g(regression.max_drop)} against baseline run {baseline} "
+                    f"(regression_max {_g(regression.regression_max)}; sign test p = "
+                    f"{_g(regression.p_value)} ≤ α {_g(regression.alpha)}); "
                     "newly failing: "
-                    f"{', '.join(regression.get('newly_failing') or ()) or 'none'}",
+                    f"{', '.join(regression.newly_failing) or 'none'}",
                     f"agenteval: regression in {label}",
                     None,
                     None,
                 )
             )
-            changed = {
-                str(c.get("id")): c
-                for c in ((summary.get("comparison") or {}).get("scenarios") or {}).get("changed")
-                or ()
-            }
-            for sid in regression.get("worse") or ():
-                change = changed.get(str(sid), {})
-                before = (change.get("before") or {}).get("verdict") or "?"
-                after = (change.get("after") or {}).get("verdict") or "?"
-                file, line = where.get((family, str(sid)), (None, None))
+            changed = (
+                {c.id: c for c in summary.comparison.scenarios.changed}
+                if summary.comparison is not None
+                else {}
+            )
+            for sid in regression.worse:
+                change = changed.get(sid)
+                before = (change.before.verdict if change else None) or "?"
+                after = (change.after.verdict if change else None) or "?"
+                file, line = where.get((family, sid), (None, None))
                 found.append(
                     (
-                        f"{sid}: {str(before).upper()} in the baseline, {str(after).upper()} now "
+                        f"{sid}: {before.upper()} in the baseline, {after.upper()} now "
                         f"({label}, baseline run {baseline})",
                         f"agenteval: {sid} got worse",
                         file,
                         line,
                     )
                 )
-        for entry in (summary.get("gate") or {}).get("critical_failures") or ():
-            sid = str(entry).split(" ", 1)[0]
+        for entry in summary.gate.critical_failures:
+            sid = entry.split(" ", 1)[0]
             file, line = where.get((family, sid), (None, None))
             found.append(
                 (
@@ -153,42 +163,39 @@ def error_annotations(
     return [_command(m, title=t, file=f, line=ln) for m, t, f, ln in found]
 
 
-def _cut(value: Any) -> str:
+def _cut(value: float | None) -> str:
     """A score cut (never rounded up) to two decimals, as everywhere else."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format_score(value)
-    return "–"
+    return "–" if value is None else format_score(value)
 
 
-def _section(summary: Mapping[str, Any]) -> str:
-    gate = summary.get("gate") or {}
-    passed = gate.get("passed") is True
-    family = _md(summary.get("family"))
-    cond = f" · condition {_md(summary['condition'])}" if summary.get("condition") else ""
+def _section(run: SealedRun) -> str:
+    summary = run.summary
+    gate = summary.gate
+    passed = gate.passed
+    family = _md(summary.family)
+    cond = f" · condition {_md(summary.condition)}" if summary.condition else ""
     out = [
-        f"## {'✅' if passed else '❌'} agenteval · {family} · {_md(summary.get('preset'))}{cond}"
+        f"## {'✅' if passed else '❌'} agenteval · {family} · {_md(summary.preset)}{cond}"
         f" — gate {'PASSED' if passed else 'FAILED'}",
         "",
         "| Score | Verdict | Subject | Judge | Items (pass / warn / fail / error / skipped) |",
         "|---:|---|---|---|---|",
     ]
-    items = summary.get("items") or {}
-    judges = summary.get("judge")
-    judge = ", ".join(map(str, judges)) if isinstance(judges, list) else str(judges or "")
+    items = summary.items
+    judge = ", ".join(summary.judge)
     out.append(
-        f"| **{_cut(summary.get('score'))}** | {_ICON.get(str(summary.get('verdict')), '–')} | "
-        f"`{_md(summary.get('subject'))}` | `{_md(judge)}` | "
+        f"| **{_cut(summary.score)}** | {_ICON.get(summary.verdict, '–')} | "
+        f"`{_md(summary.subject)}` | `{_md(judge)}` | "
         + " / ".join(
-            str(items.get(k, 0)) for k in ("passed", "warned", "failed", "errors", "skipped")
+            str(n) for n in (items.passed, items.warned, items.failed, items.errors, items.skipped)
         )
         + " |"
     )
-    if gate.get("reasons"):
-        out += ["", "**Gate reasons**", ""] + [f"- {_md(r)}" for r in gate["reasons"]]
-    if gate.get("notes"):
-        out += ["", "**Notes**", ""] + [f"- {_md(n)}" for n in gate["notes"]]
-    roots = summary.get("nodes") or []
-    pillars = [c for r in roots[:1] for c in r.get("children") or () if c.get("kind") == "pillar"]
+    if gate.reasons:
+        out += ["", "**Gate reasons**", ""] + [f"- {_md(r)}" for r in gate.reasons]
+    if gate.notes:
+        out += ["", "**Notes**", ""] + [f"- {_md(n)}" for n in gate.notes]
+    pillars = [c for r in summary.nodes[:1] for c in r.children if c.kind == "pillar"]
     if pillars:
         out += [
             "",
@@ -196,46 +203,48 @@ def _section(summary: Mapping[str, Any]) -> str:
             "|---|---:|---:|---|---|",
         ]
         for p in pillars:
-            c = p.get("counts") or {}
+            c = p.counts
             out.append(
-                f"| {_md(p.get('title') or p.get('id'))} | {_cut(p.get('weight'))} | "
-                f"{_cut(p.get('score'))} | {_ICON.get(str(p.get('verdict')), '–')} | "
+                f"| {_md(p.title or p.id)} | {_cut(p.weight)} | "
+                f"{_cut(p.score)} | {_ICON.get(p.verdict, '–')} | "
                 f"{c.get('pass', 0)} / {c.get('warn', 0)} / {c.get('fail', 0)} / {c.get('error', 0)} |"
             )
-    suites = summary.get("suites") or {}
-    if suites.get("items"):
+    suites = summary.suites
+    if suites is not None and suites.items:
         out += [
             "",
-            f"**Suites** (bench score {_cut(suites.get('bench'))})",
+            f"**Suites** (bench score {_cut(suites.bench)})",
             "",
             "| Suite | Metric | Weight | Value | Minimum | Status |",
             "|---|---|---:|---:|---:|---|",
         ]
-        for s in suites["items"]:
-            floor = "–" if s.get("suite_min") is None else _cut(s.get("suite_min"))
-            req = " (required)" if s.get("required") else ""
+        for s in suites.items:
+            floor = "–" if s.suite_min is None else _cut(s.suite_min)
+            req = " (required)" if s.required else ""
             out.append(
-                f"| {_md(s.get('name'))}{req} | {_md(s.get('metric'))} | {_cut(s.get('weight'))} | "
-                f"{_cut(s.get('value'))} | {floor} | {_md(s.get('status'))} |"
+                f"| {_md(s.name)}{req} | {_md(s.metric)} | {_cut(s.weight)} | "
+                f"{_cut(s.value)} | {floor} | {_md(s.status)} |"
             )
-    if summary.get("comparison"):
-        out += ["", comparison_markdown(summary, heading="###").rstrip()]
-    elif summary.get("baseline_note"):
-        out += ["", f"> {_md(summary['baseline_note'])}"]
-    crit = gate.get("critical_failures") or []
-    if crit:
-        out += ["", "**Critical findings:** " + ", ".join(f"`{_md(c)}`" for c in crit)]
-    if summary.get("run_dir"):
-        out += ["", f"Run directory `{_md(summary['run_dir'])}`"]
-    head = summary.get("chain_head_final") or summary.get("chain_head")
+    if summary.comparison is not None:
+        out += ["", comparison_markdown(summary.to_json(), heading="###").rstrip()]
+    elif summary.baseline_note:
+        out += ["", f"> {_md(summary.baseline_note)}"]
+    if gate.critical_failures:
+        out += [
+            "",
+            "**Critical findings:** " + ", ".join(f"`{_md(c)}`" for c in gate.critical_failures),
+        ]
+    if run.run_dir:
+        out += ["", f"Run directory `{_md(run.run_dir)}`"]
+    head = run.chain_head or summary.chain_head
     if head:
         out += ["", f"Evidence chain head `{_md(head)}`"]
     return "\n".join(out) + "\n"
 
 
-def job_summary(summaries: Sequence[Mapping[str, Any]]) -> str:
+def job_summary(runs: Sequence[SealedRun]) -> str:
     """The Markdown appended to ``GITHUB_STEP_SUMMARY`` (at most about 1 MiB)."""
-    parts = [_section(s) for s in summaries]
+    parts = [_section(r) for r in runs]
     text = "\n".join(parts)
     if len(text.encode("utf-8")) > MAX_SUMMARY_BYTES:
         note = "\n\n_… cut to fit GitHub's 1 MiB job-summary limit; report.md in each run directory has it all._\n"

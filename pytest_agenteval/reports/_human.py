@@ -1,10 +1,12 @@
 """The human-readable reports of one run: ``report.md`` and ``report.html``.
 
-Pure functions over the run's plain data — ``summary.json``, the records of
-``results.jsonl`` and, on calibration runs, ``calibration.json`` — with no
-pytest import and no I/O but reading the bundled Jinja2 templates. Both
-renderers go through one view model (:func:`build_view`), so the two reports
-cannot disagree about what failed.
+Pure functions of the run model — :class:`~pytest_agenteval._model.RunSummary`
+(``summary.json``), the :class:`~pytest_agenteval._model.ReportRecord` of each
+item and, on calibration runs, the
+:class:`~pytest_agenteval._model.CalibrationReport` (``calibration.json``) —
+with no pytest import and no I/O but reading the bundled Jinja2 templates.
+Both renderers go through one view model (:func:`build_view`), so the two
+reports cannot disagree about what failed.
 
 Everything that came from a record is hostile: an answer or a judge's
 reasoning may hold markup, NUL and other control characters, ANSI colour
@@ -13,7 +15,9 @@ mention. :func:`~pytest_agenteval._text.clean_text` makes each string safe to *e
 surrogates and noncharacters become visible ``\\uXXXX`` escapes, control
 characters become visible ``\\xNN`` text, ANSI sequences are dropped), and the
 templates then escape for their format: Jinja2's autoescape for HTML, the
-``md*`` filters here for Markdown.
+``md*`` filters here for Markdown. *redact*, when given, scrubs every string
+(mapping keys included) before it is cleaned and cut, so a secret cannot
+survive half-cut at a truncation point.
 
 The HTML is one self-contained file: inline CSS, inline SVG charts built
 from the geometry computed here, no script, and a Content-Security-Policy
@@ -28,10 +32,34 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
+from pydantic import BaseModel
+
+from .._model import (
+    CalibrationGate,
+    CalibrationGroup,
+    CalibrationLineage,
+    CalibrationReport,
+    Disagreement,
+    EntryRef,
+    GroupGate,
+    ItemCounts,
+    Node,
+    PromptRef,
+    ReliabilityBin,
+    ReportRecord,
+    ResultMeta,
+    ResultRecord,
+    RunSummary,
+    Stability,
+    Thresholds,
+)
 from .._text import as_text, clean_text, truncate
-from .._vocab import GRADED_VERDICTS, VERDICTS, Bands, format_score, most_severe_first
+from .._vocab import GRADED_VERDICTS, VERDICTS, Bands, JSONObject, format_score, most_severe_first
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = [
     "ANSWER_LIMIT",
@@ -44,6 +72,7 @@ __all__ = [
     "render_calibration_markdown",
     "render_html",
     "render_markdown",
+    "shown_record",
 ]
 
 #: Characters of an answer (or prompt) shown before it is cut with a marker.
@@ -59,20 +88,80 @@ DISCLAIMER = (
     "including the one a benchmark is named after."
 )
 
+Redact = Callable[[str], str]
+#: What the templates get for a chart: geometry only they read.
+Geometry = dict[str, object]
+
 # --------------------------------------------------------------------------- hostile text
 
+_Model = TypeVar("_Model", bound=BaseModel)
 
-def _deep_clean(value: Any) -> Any:
-    """A copy of JSON-like *value* with every string (and key) passed through clean_text."""
+
+def _cleaner(redact: Redact | None) -> Callable[[str], str]:
+    if redact is None:
+        return clean_text
+    return lambda text: clean_text(redact(text))
+
+
+def _clean_value(value: object, clean: Callable[[str], str]) -> object:
     if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, Mapping):
-        return {clean_text(k): _deep_clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_deep_clean(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return clean_text(value)
+        return clean(value)
+    if isinstance(value, BaseModel):
+        return _clean_model(value, clean)
+    if isinstance(value, dict):
+        return {clean(str(k)): _clean_value(v, clean) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_value(v, clean) for v in value]
+    return value  # numbers, booleans, None, Bands
+
+
+def _clean_model(model: _Model, clean: Callable[[str], str]) -> _Model:
+    """A copy of *model* with every string it holds (and every mapping key) passed through
+    *clean*; still the same types, so the views read attributes as before."""
+    update = {name: _clean_value(getattr(model, name), clean) for name in model.model_fields_set}
+    for name, value in (model.model_extra or {}).items():
+        update[name] = _clean_value(value, clean)
+    return model.model_copy(update=update)
+
+
+def _deep_clean(model: _Model, redact: Redact | None = None) -> _Model:
+    return _clean_model(model, _cleaner(redact))
+
+
+def shown_record(record: ReportRecord) -> ReportRecord:
+    """The part of *record* the session's reports show: what the evidence keeps beside it
+    (the judges' grades and raw exchanges, tool calls, timings and cost) left out, so that
+    redacting and cleaning a record for the report costs little."""
+    result = record.result
+    meta = result.meta
+    shown_meta = ResultMeta.model_validate(
+        {name: getattr(meta, name) for name in _SHOWN_META if name in meta.model_fields_set}
+    )
+    return record.model_copy(
+        update={
+            "tool_calls": [],
+            "cost": None,
+            "timings": None,
+            "converted": None,
+            "replay": None,
+            "mcp_calls": None,
+            "tool_loop": None,
+            "result": result.model_copy(update={"children": [], "meta": shown_meta}),
+        }
+    )
+
+
+_SHOWN_META = (
+    "file",
+    "line",
+    "pillar",
+    "control_id",
+    "judge",
+    "family",
+    "pattern",
+    "injection_suspected",  # shown in both reports: a steered grade is never a silent pass
+    "injection_reasons",
+)
 
 
 def _truncate(text: str, limit: int) -> tuple[str, int]:
@@ -83,30 +172,30 @@ def _truncate(text: str, limit: int) -> tuple[str, int]:
 # --------------------------------------------------------------------------- numbers
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def fmt_score(value: Any, digits: int = 2) -> str:
+def fmt_score(value: object, digits: int = 2) -> str:
     """A score cut (never rounded up) to *digits* decimals: 0.695 under a 0.70
     pass band shows as 0.69 beside its WARN, as in the terminal."""
     x = _num(value)
     return "—" if x is None else format_score(x, digits)
 
 
-def fmt_int(value: Any) -> str:
+def fmt_int(value: object) -> str:
     x = _num(value)
     return "—" if x is None else f"{round(x):,}"
 
 
-def fmt_pct(value: Any) -> str:
+def fmt_pct(value: object) -> str:
     x = _num(value)
     return "—" if x is None else f"{x * 100:.1f}%"
 
 
-def fmt_cost(value: Any) -> str:
+def fmt_cost(value: object) -> str:
     x = _num(value)
     if x is None:
         return "not reported"
@@ -116,109 +205,275 @@ def fmt_cost(value: Any) -> str:
 # --------------------------------------------------------------------------- the view model
 
 
-def _get(mapping: Any, *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        if not isinstance(mapping, Mapping):
-            return default
-        mapping = mapping.get(key)
-    return default if mapping is None else mapping
+class NodeRow(TypedDict):
+    level: int
+    kind: str
+    id: str
+    title: str
+    weight: float | None
+    aggregation: str
+    score: float | None
+    score_pct: float
+    verdict: str
+    severity: str
+    counts: dict[str, int]
+    total: int
+    note: str
+    error: str
 
 
-def _s(value: Any) -> str:
-    """A display string for a field that should be text but, in bad input, may not be."""
+class CriterionView(TypedDict):
+    text: str
+    status: str  # met | missed | na
+    reasoning: str
+
+
+class ScenarioView(TypedDict):
+    id: str
+    label: str
+    nodeid: str
+    pillar: str
+    pillar_title: str
+    article: str
+    article_title: str
+    score: float | None
+    verdict: str
+    severity: str
+    judge: str
+    reasoning: str
+    error: str
+    criteria: list[CriterionView]
+    missed: int
+    met: int
+    na: int
+    answer: str
+    answer_len: int
+    answer_omitted: int
+    has_answer: bool
+    prompt: str
+    prompt_omitted: int
+    location: str
+    anchor: str
+    injection: bool
+    injection_reasons: list[str]
+
+
+class UsageRow(TypedDict):
+    who: str
+    prompt: int
+    completion: int
+    total: int
+
+
+class UsageView(TypedDict):
+    rows: list[UsageRow]
+    prompt: int
+    completion: int
+    total: int
+    records: int
+    with_usage: int
+    cost: float | None
+    cost_records: int
+    subject_s: float
+    judge_s: float
+
+
+class CalibrationRow(TypedDict):
+    name: str
+    n: int
+    accuracy: float | None
+    kappa: float | None
+    brier: float | None
+    ece: float | None
+    auc: float | None
+    threshold: str | None
+    gate: str
+
+
+class ConfusionCell(TypedDict):
+    n: str
+    diag: bool
+    alpha: float
+
+
+class ConfusionRow(TypedDict):
+    label: str
+    total: int
+    cells: list[ConfusionCell]
+
+
+class ClassView(TypedDict):
+    label: str
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    support: int | None
+
+
+class CalibrationTable(TypedDict):
+    rows: list[CalibrationRow]
+    labels: list[str]
+    confusion: list[ConfusionRow]
+    classes: list[ClassView]
+    bins: list[ReliabilityBin]
+    chart: Geometry | None
+    has_auc: bool
+    overall: CalibrationRow
+
+
+class SampleRow(TypedDict):
+    id: str
+    samples: int
+    score: float | None
+    std: float | None
+    ci: list[float] | None
+    width: float
+    verdict: str
+    verdicts: str
+    unanimous: bool
+    order: int
+
+
+class SamplePillar(TypedDict):
+    id: str
+    title: str
+    scenarios: int
+    unanimous: int
+    agreement: float | None
+    mean_std: float | None
+
+
+class SamplesView(TypedDict):
+    per_scenario: int
+    aggregation: str
+    interval: str
+    pillars: list[SamplePillar]
+    rows: list[SampleRow]
+    more: int
+    disagreeing: int
+    scenarios: int
+
+
+class GateView(TypedDict):
+    passed: bool
+    reasons: list[str]
+    notes: list[str]
+
+
+class ReportView(TypedDict):
+    calibration_only: bool
+    family: str
+    family_version: str
+    title: str
+    preset: str
+    subject: str
+    judge: str
+    rules_only: bool
+    score: float | None
+    verdict: str
+    aggregation: str
+    bands: dict[str, float]
+    gate: GateView
+    tone: str
+    items: ItemCounts
+    counts: dict[str, int]
+    graded: int
+    total: int
+    table: list[NodeRow]
+    pillars: list[NodeRow]
+    chart: Geometry | None
+    critical: list[ScenarioView]
+    injection: list[ScenarioView]
+    failed: list[ScenarioView]
+    warned: list[ScenarioView]
+    errors: list[ScenarioView]
+    skipped: list[ScenarioView]
+    any_na: bool
+    usage: UsageView
+    lineage: list[tuple[str, str]]
+    chain_head: str
+    run_id: str
+    plugin_version: str
+    answer_limit: int
+    calibration: CalibrationTable | None
+    disclaimer: str
+    pr: JSONObject | None
+    samples: SamplesView | None
+
+
+def _s(value: object) -> str:
+    """A display string for a field that is text, or (a JSON value) may not be."""
     if isinstance(value, str):
         return value
     return "" if value is None or value is False else clean_text(value)
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _node_row(node: Mapping[str, Any], level: int) -> dict[str, Any]:
-    counts = {v: int(_num(_get(node, "counts", v)) or 0) for v in VERDICTS}
-    score = _num(node.get("score"))
+def _node_row(node: Node, level: int) -> NodeRow:
+    counts: dict[str, int] = {v: int(node.counts.get(v, 0)) for v in VERDICTS}
+    score = _num(node.score)
     return {
         "level": level,
-        "kind": _s(node.get("kind")),
-        "id": _s(node.get("id")),
-        "title": _s(node.get("title")),
-        "weight": _num(node.get("weight")),
-        "aggregation": _s(node.get("aggregation")),
+        "kind": node.kind,
+        "id": node.id,
+        "title": node.title or "",
+        "weight": _num(node.weight),
+        "aggregation": node.aggregation or "",
         "score": score,
         "score_pct": 0.0 if score is None else max(0.0, min(1.0, score)) * 100,
-        "verdict": _verdict(node.get("verdict")),
-        "severity": _s(node.get("severity")),
+        "verdict": node.verdict,
+        "severity": node.severity or "",
         "counts": counts,
         "total": sum(counts.values()),
-        "note": _s(node.get("note")),
-        "error": _s(node.get("error")),
+        "note": node.note or "",
+        "error": node.error or "",
     }
 
 
-def _verdict(value: Any) -> str:
+def _verdict(value: str | None) -> str:
     return value if value in VERDICTS else "error"
 
 
-def _children(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    kids = node.get("children")
-    return [k for k in _list(kids) if isinstance(k, Mapping)]
-
-
-def _leaves(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    kids = _children(node)
-    if node.get("kind") == "scenario" or not kids:
+def _leaves(node: Node) -> list[Node]:
+    if node.kind == "scenario" or not node.children:
         return [node]
-    return [leaf for kid in kids for leaf in _leaves(kid)]
+    return [leaf for kid in node.children for leaf in _leaves(kid)]
 
 
-def _flagged(result: Mapping[str, Any]) -> bool:
+def _flagged(result: ResultRecord) -> bool:
     """A judge flagged this grade (or a judge or criterion grade in it) as steered."""
-    if _get(result, "meta", "injection_suspected") is True:
+    if result.meta.injection_suspected is True:
         return True
-    return any(_flagged(c) for c in _children(result) if c.get("kind") in ("judge", "criterion"))
+    return any(_flagged(c) for c in result.children if c.kind in ("judge", "criterion"))
 
 
-def _injection_reasons(result: Mapping[str, Any]) -> list[str]:
+def _injection_reasons(result: ResultRecord) -> list[str]:
     found: list[str] = []
-    for part in (result, *(c for c in _children(result) if c.get("kind") == "judge")):
-        for why in _list(_get(part, "meta", "injection_reasons")):
-            text = _s(why)
+    for part in (result, *(c for c in result.children if c.kind == "judge")):
+        for text in part.meta.injection_reasons or ():
             if text and text not in found:
                 found.append(text)
     return found
 
 
-def _criteria(raw: Any) -> list[dict[str, str]]:
-    out = []
-    for c in _list(raw):
-        if not isinstance(c, Mapping):
-            continue
-        met = c.get("met")
+def _criteria(result: ResultRecord) -> list[CriterionView]:
+    out: list[CriterionView] = []
+    for c in result.criteria:
+        met = c.met
         status = "met" if met is True else "missed" if met is False else "na"
-        out.append(
-            {
-                "text": _s(c.get("criterion") or c.get("text")),
-                "status": status,
-                "reasoning": _s(c.get("reasoning")),
-            }
-        )
+        out.append({"text": c.criterion, "status": status, "reasoning": c.reasoning or ""})
     return out
 
 
-def _usage_pair(usage: Any) -> tuple[int, int]:
-    if not isinstance(usage, Mapping):
+def _usage_pair(usage: Mapping[str, object] | None) -> tuple[int, int]:
+    if usage is None:
         return 0, 0
     p = _num(usage.get("prompt_tokens", usage.get("input_tokens"))) or 0
     c = _num(usage.get("completion_tokens", usage.get("output_tokens"))) or 0
     return int(p), int(c)
 
 
-def _cost_value(cost: Any) -> float | None:
+def _cost_value(cost: object) -> float | None:
+    """A judge's reported cost: a number, or a mapping holding one under a known key."""
     if isinstance(cost, Mapping):
         for key in ("total", "total_usd", "usd", "cost"):
             if _num(cost.get(key)) is not None:
@@ -227,24 +482,23 @@ def _cost_value(cost: Any) -> float | None:
     return _num(cost)
 
 
-def _judge_usage(result: Mapping[str, Any]) -> tuple[int, int]:
-    judges = [c for c in _children(result) if c.get("kind") == "judge"]
-    pairs = [_usage_pair(_get(j, "meta", "usage")) for j in judges]
+def _judge_usage(result: ResultRecord) -> tuple[int, int]:
+    judges = [c for c in result.children if c.kind == "judge"]
+    pairs = [_usage_pair(j.meta.usage) for j in judges]
     if not any(p or c for p, c in pairs):
-        pairs = [_usage_pair(_get(result, "meta", "usage"))]
+        pairs = [_usage_pair(result.meta.usage)]
     return sum(p for p, _ in pairs), sum(c for _, c in pairs)
 
 
-def _usage_view(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _usage_view(records: Sequence[ReportRecord]) -> UsageView:
     subject = [0, 0]
     judge = [0, 0]
     costs: list[float] = []
     subject_s = judge_s = 0.0
     with_usage = 0
     for rec in records:
-        sp, sc = _usage_pair(rec.get("usage"))
-        result = _map(rec.get("result"))
-        jp, jc = _judge_usage(result)
+        sp, sc = _usage_pair(rec.usage)
+        jp, jc = _judge_usage(rec.result)
         if sp or sc or jp or jc:
             with_usage += 1
         subject[0] += sp
@@ -252,14 +506,15 @@ def _usage_view(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         judge[0] += jp
         judge[1] += jc
         # The record's cost is the run's own total for the item; the judge's, a fallback.
-        cost = _cost_value(rec.get("cost"))
+        cost = _num(rec.cost.total.usd) if rec.cost is not None else None
         if cost is None:
-            cost = _cost_value(_get(result, "meta", "cost"))
+            cost = _cost_value(rec.result.meta.cost)
         if cost is not None:
             costs.append(cost)
-        subject_s += _num(_get(rec, "timings", "subject_s")) or 0.0
-        judge_s += _num(_get(rec, "timings", "judge_s")) or 0.0
-    rows = [
+        if rec.timings is not None:
+            subject_s += _num(rec.timings.subject_s) or 0.0
+            judge_s += _num(rec.timings.judge_s) or 0.0
+    rows: list[UsageRow] = [
         {"who": who, "prompt": p, "completion": c, "total": p + c}
         for who, (p, c) in (("Subject (agent under test)", subject), ("Judge", judge))
     ]
@@ -277,54 +532,65 @@ def _usage_view(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+class _Place(TypedDict):
+    pillar: str
+    pillar_title: str
+    article: str
+    article_title: str
+
+
+_NOWHERE: _Place = {"pillar": "", "pillar_title": "", "article": "", "article_title": ""}
+
+
 def _scenario_view(
-    rec: Mapping[str, Any] | None,
-    node: Mapping[str, Any] | None,
-    place: Mapping[str, str],
-    answer_limit: int,
-) -> dict[str, Any]:
-    rec = rec or {}
-    node = node or {}
-    result: Mapping[str, Any] = _map(rec.get("result"))
-    meta = _map(result.get("meta"))
-    sid = _s(rec.get("scenario_id") or result.get("key") or node.get("id")) or "?"
-    score = _num(result.get("score")) if result else _num(node.get("score"))
-    answer_raw = rec.get("answer")
-    answer = as_text(answer_raw)
+    rec: ReportRecord | None, node: Node | None, place: _Place, answer_limit: int
+) -> ScenarioView:
+    result = rec.result if rec is not None else None
+    meta = result.meta if result is not None else ResultMeta()
+    sid = (
+        (rec.scenario_id if rec is not None else "")
+        or (result.key if result is not None else "")
+        or (node.id if node is not None else "")
+        or "?"
+    )
+    score = _num(result.score) if result is not None else _num(node.score if node else None)
+    answer = as_text(rec.answer if rec is not None else None)
     shown, omitted = _truncate(answer, answer_limit)
-    prompt_raw = rec.get("prompt")
-    prompt = as_text(prompt_raw)
+    prompt = as_text(rec.prompt if rec is not None else None)
     prompt_shown, prompt_omitted = _truncate(prompt, answer_limit)
-    criteria = _criteria(result.get("criteria"))
+    criteria = _criteria(result) if result is not None else []
     suffix = []
-    if rec.get("condition"):
-        suffix.append(f"condition {_s(rec['condition'])}")
-    sample = rec.get("sample")
+    if rec is not None and rec.condition:
+        suffix.append(f"condition {rec.condition}")
     # 0-based in the record; shown as the item id counts them: [s1] is sample 1
-    if (
-        isinstance(sample, int)
-        and not isinstance(sample, bool)
-        and (sample or _s(rec.get("nodeid")).endswith("s1]"))
-    ):
-        suffix.append(f"sample {sample + 1}")
-    location = _s(meta.get("file"))
-    if location and meta.get("line"):
-        location = f"{location}:{_s(meta['line'])}"
-    injection = _flagged(result) if result else node.get("injection_suspected") is True
+    if rec is not None and (rec.sample or rec.nodeid.endswith("s1]")):
+        suffix.append(f"sample {rec.sample + 1}")
+    location = meta.file or ""
+    if location and meta.line:
+        location = f"{location}:{meta.line}"
+    verdict: str | None
+    if result is not None:
+        injection = _flagged(result)
+        verdict, severity = result.verdict, result.severity
+    else:
+        injection = node is not None and node.injection_suspected is True
+        verdict = node.verdict if node is not None else None
+        severity = node.severity if node is not None else None
+    error = (result.error if result is not None else None) or (node.error if node else None)
     return {
         "id": sid,
         "label": " · ".join([sid, *suffix]),
-        "nodeid": _s(rec.get("nodeid")),
-        "pillar": _s(meta.get("pillar") or place.get("pillar")),
-        "pillar_title": _s(place.get("pillar_title")),
-        "article": _s(meta.get("control_id") or place.get("article")),
-        "article_title": _s(place.get("article_title")),
+        "nodeid": rec.nodeid if rec is not None else "",
+        "pillar": meta.pillar or place["pillar"],
+        "pillar_title": place["pillar_title"],
+        "article": meta.control_id or place["article"],
+        "article_title": place["article_title"],
         "score": score,
-        "verdict": _verdict(result.get("verdict") if result else node.get("verdict")),
-        "severity": _s(result.get("severity") if result else node.get("severity")),
-        "judge": _s(meta.get("judge")),
-        "reasoning": _s(result.get("reasoning")),
-        "error": _s(result.get("error") or node.get("error")),
+        "verdict": _verdict(verdict),
+        "severity": severity or "",
+        "judge": meta.judge or "",
+        "reasoning": (result.reasoning if result is not None else None) or "",
+        "error": error or "",
         "criteria": criteria,
         "missed": sum(c["status"] == "missed" for c in criteria),
         "met": sum(c["status"] == "met" for c in criteria),
@@ -332,17 +598,17 @@ def _scenario_view(
         "answer": shown,
         "answer_len": len(answer),
         "answer_omitted": omitted,
-        "has_answer": bool(rec),
+        "has_answer": rec is not None,
         "prompt": prompt_shown,
         "prompt_omitted": prompt_omitted,
         "location": location,
         "anchor": "",
         "injection": injection,
-        "injection_reasons": _injection_reasons(result) if injection else [],
+        "injection_reasons": _injection_reasons(result) if injection and result else [],
     }
 
 
-def _pillar_chart(pillars: list[dict[str, Any]], bands: Mapping[str, Any]) -> dict[str, Any]:
+def _pillar_chart(pillars: list[NodeRow], bands: Mapping[str, float]) -> Geometry:
     """Geometry of the pillar chart: one bar per pillar on a 0–1 axis, threshold lines.
 
     Each pillar's title sits above its bar, so long titles need no left margin.
@@ -378,12 +644,14 @@ def _pillar_chart(pillars: list[dict[str, Any]], bands: Mapping[str, Any]) -> di
                 "score_x": (x(score) if score is not None else left) + 6,
             }
         )
-    thresholds: list[dict[str, Any]] = []
+    thresholds: list[dict[str, str | float]] = []
+    xs: list[float] = []
     for kind in ("warn", "pass"):
         value = _num(bands.get(kind))
         if value is not None:
-            thresholds.append({"kind": kind, "x": x(value), "label": f"{kind} ≥ {value:.2f}"})
-    if len(thresholds) == 2 and abs(thresholds[1]["x"] - thresholds[0]["x"]) < 70:
+            xs.append(x(value))
+            thresholds.append({"kind": kind, "x": xs[-1], "label": f"{kind} ≥ {value:.2f}"})
+    if len(thresholds) == 2 and abs(xs[1] - xs[0]) < 70:
         thresholds[0]["anchor"], thresholds[1]["anchor"] = "end", "start"
     for t in thresholds:
         t.setdefault("anchor", "middle")
@@ -401,10 +669,8 @@ def _pillar_chart(pillars: list[dict[str, Any]], bands: Mapping[str, Any]) -> di
     }
 
 
-def _reliability_chart(bins: Any) -> dict[str, Any] | None:
+def _reliability_chart(bins: Sequence[ReliabilityBin]) -> Geometry | None:
     """Geometry of a reliability diagram: share judged pass vs the judge's mean score per bin."""
-    if not isinstance(bins, list):
-        return None
     size, left, top, right_pad, bottom_pad = 360, 52, 16, 16, 44
     width, height = left + size + right_pad, top + size + bottom_pad
 
@@ -416,10 +682,8 @@ def _reliability_chart(bins: Any) -> dict[str, Any] | None:
 
     bars, points = [], []
     for b in bins:
-        if not isinstance(b, Mapping):
-            continue
-        lo, hi, n = _num(b.get("lo")), _num(b.get("hi")), _num(b.get("n"))
-        frac, mean = _num(b.get("frac_pass")), _num(b.get("mean_score"))
+        lo, hi, n = _num(b.lo), _num(b.hi), _num(b.n)
+        frac, mean = _num(b.frac_pass), _num(b.mean_score)
         if lo is None or hi is None or not n or frac is None:
             continue
         bars.append(
@@ -456,44 +720,42 @@ def _reliability_chart(bins: Any) -> dict[str, Any] | None:
     }
 
 
-_CAL_METRICS = ("n", "accuracy", "kappa", "brier", "ece", "auc")
+def _threshold_text(threshold: Thresholds | None) -> str | None:
+    """``{kappa, accuracy, ...}`` → "κ ≥ 0.61, accuracy ≥ 0.85"."""
+    if threshold is None:
+        return None
+    parts = []
+    kappa, accuracy = _num(threshold.kappa), _num(threshold.accuracy)
+    if kappa is not None:
+        parts.append(f"κ ≥ {kappa:.2f}")
+    if accuracy is not None:
+        parts.append(f"accuracy ≥ {accuracy:.2f}")
+    return ", ".join(parts) or None
 
 
-def _threshold_text(threshold: Any) -> str | None:
-    """``{kappa, accuracy, ...}`` → "κ ≥ 0.61, accuracy ≥ 0.85" (a bare number passes through)."""
-    if isinstance(threshold, Mapping):
-        parts = []
-        if _num(threshold.get("kappa")) is not None:
-            parts.append(f"κ ≥ {_num(threshold.get('kappa')):.2f}")
-        if _num(threshold.get("accuracy")) is not None:
-            parts.append(f"accuracy ≥ {_num(threshold.get('accuracy')):.2f}")
-        return ", ".join(parts) or None
-    value = _num(threshold)
-    return None if value is None else f"{value:.2f}"
-
-
-def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
-    def row(name: str, data: Any) -> dict[str, Any]:
-        data = _map(data)
-        gate = _map(data.get("gate"))
-        passed = gate.get("passed")
+def _calibration_view(cal: CalibrationReport) -> CalibrationTable:
+    def row(name: str, data: CalibrationGroup) -> CalibrationRow:
+        passed = data.gate.passed
         return {
             "name": name,
-            **{k: data.get(k) for k in _CAL_METRICS},
-            "threshold": _threshold_text(gate.get("threshold")),
+            "n": data.n,
+            "accuracy": data.accuracy,
+            "kappa": data.kappa,
+            "brier": data.brier,
+            "ece": data.ece,
+            "auc": data.auc,
+            "threshold": _threshold_text(data.gate.threshold),
             "gate": "none" if passed is None else "pass" if passed else "fail",
         }
 
-    overall = _map(cal.get("overall"))
-    pillars = _map(cal.get("pillars"))
-    rows = [row("overall", overall)] + [row(k, v) for k, v in pillars.items()]
-    conf = _map(overall.get("confusion"))
-    labels = [str(x) for x in conf.get("labels") or []]
-    matrix = _list(conf.get("matrix"))
-    cells = []
-    peak = max((_num(v) or 0 for r in matrix if isinstance(r, list) for v in r), default=0) or 1
+    overall = cal.overall
+    rows = [row("overall", overall)] + [row(k, v) for k, v in cal.pillars.items()]
+    labels = list(overall.confusion.labels) if overall.confusion is not None else []
+    matrix = overall.confusion.matrix if overall.confusion is not None else []
+    cells: list[ConfusionRow] = []
+    peak = max((_num(v) or 0 for r in matrix for v in r), default=0) or 1
     for i, label in enumerate(labels):
-        raw = _list(matrix[i]) if i < len(matrix) else []
+        raw = matrix[i] if i < len(matrix) else []
         vals = [_num(raw[j]) if j < len(raw) else None for j in range(len(labels))]
         cells.append(
             {
@@ -509,16 +771,23 @@ def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
                 ],
             }
         )
-    per_class = _map(overall.get("per_class"))
-    classes = [{"label": k, **_map(v)} for k, v in per_class.items()]
-    bins = [b for b in _list(overall.get("reliability")) if isinstance(b, Mapping)]
+    classes: list[ClassView] = [
+        {
+            "label": k,
+            "precision": v.precision,
+            "recall": v.recall,
+            "f1": v.f1,
+            "support": v.support,
+        }
+        for k, v in overall.per_class.items()
+    ]
     return {
         "rows": rows,
         "labels": labels,
         "confusion": cells,
         "classes": classes,
-        "bins": bins,
-        "chart": _reliability_chart(bins),
+        "bins": list(overall.reliability),
+        "chart": _reliability_chart(overall.reliability),
         "has_auc": any(r["auc"] is not None for r in rows),
         "overall": rows[0],
     }
@@ -528,52 +797,48 @@ def _calibration_view(cal: Mapping[str, Any]) -> dict[str, Any]:
 SAMPLES_ROWS = 60
 
 
-def _samples_view(root: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _samples_view(root: Node | None) -> SamplesView | None:
     """Repeated samples: per pillar their agreement, per scenario mean, sd and interval."""
     if root is None:
         return None
-    asked = [
-        leaf
-        for leaf in _leaves(root)
-        if leaf.get("kind") == "scenario" and (_num(leaf.get("samples")) or 1) > 1
-    ]
+    asked = [leaf for leaf in _leaves(root) if leaf.kind == "scenario" and (leaf.samples or 1) > 1]
     if not asked:
         return None
-    rows: list[dict[str, Any]] = []
+    rows: list[SampleRow] = []
     for order, leaf in enumerate(asked):
-        counts = _map(leaf.get("sample_verdicts"))
-        ci = _ci(leaf.get("score_ci"))
+        counts = leaf.sample_verdicts or {}
+        ci = _ci(leaf.score_ci)
         rows.append(
             {
-                "id": _s(leaf.get("id")),
-                "samples": int(_num(leaf.get("samples")) or 0),
-                "score": _num(leaf.get("score")),
-                "std": _num(leaf.get("score_std")),
+                "id": leaf.id,
+                "samples": leaf.samples or 0,
+                "score": _num(leaf.score),
+                "std": _num(leaf.score_std),
                 "ci": list(ci) if ci else None,
                 "width": (ci[1] - ci[0]) if ci else -1.0,
-                "verdict": _verdict(leaf.get("verdict")),
-                "verdicts": " / ".join(str(int(_num(counts.get(v)) or 0)) for v in GRADED_VERDICTS),
-                "unanimous": leaf.get("unanimous") is not False,
+                "verdict": leaf.verdict,
+                "verdicts": " / ".join(str(counts.get(v, 0)) for v in GRADED_VERDICTS),
+                "unanimous": leaf.unanimous is not False,
                 "order": order,
             }
         )
     rows.sort(key=lambda r: (r["unanimous"], -r["width"], r["order"]))
-    pillars = []
-    for pillar in [root, *_children(root)]:
-        fig = _map(pillar.get("reliability"))
-        if not fig:
+    pillars: list[SamplePillar] = []
+    for pillar in [root, *root.children]:
+        fig = pillar.reliability
+        if fig is None:
             continue
         pillars.append(
             {
-                "id": "overall" if pillar is root else _s(pillar.get("id")),
-                "title": "" if pillar is root else _s(pillar.get("title")),
-                "scenarios": int(_num(fig.get("scenarios")) or 0),
-                "unanimous": int(_num(fig.get("unanimous")) or 0),
-                "agreement": _num(fig.get("agreement")),
-                "mean_std": _num(fig.get("mean_std")),
+                "id": "overall" if pillar is root else pillar.id,
+                "title": "" if pillar is root else pillar.title or "",
+                "scenarios": fig.scenarios,
+                "unanimous": fig.unanimous,
+                "agreement": _num(fig.agreement),
+                "mean_std": _num(fig.mean_std),
             }
         )
-    majority = asked[0].get("samples_aggregation") == "majority_vote"
+    majority = asked[0].samples_aggregation == "majority_vote"
     return {
         "per_scenario": max(r["samples"] for r in rows),
         "aggregation": "majority vote" if majority else "mean",
@@ -586,49 +851,47 @@ def _samples_view(root: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _pr_view(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+def _pr_view(summary: RunSummary) -> JSONObject | None:
     from .._compare import report_view
 
-    return report_view(summary)
+    return report_view(summary.to_json())
 
 
 def build_view(
-    summary: Mapping[str, Any],
-    records: Sequence[Mapping[str, Any]],
+    summary: RunSummary,
+    records: Sequence[ReportRecord],
     *,
-    calibration: Mapping[str, Any] | None = None,
+    calibration: CalibrationReport | None = None,
     answer_limit: int = ANSWER_LIMIT,
+    redact: Redact | None = None,
     assume_clean: bool = False,
-) -> dict[str, Any]:
+) -> ReportView:
     """The data both reports show, cleaned, ordered and formatted-ready.
 
-    ``assume_clean``: *summary* and *records* already went through
-    :func:`_deep_clean` (render_markdown builds several views of one input).
+    ``assume_clean``: *summary*, *records* and *calibration* already went
+    through :func:`_deep_clean` (render_markdown builds several views of one input).
     """
-    s: Mapping[str, Any] = _map(summary if assume_clean else _deep_clean(summary))
-    recs = [
-        r
-        for r in (records if assume_clean else (_deep_clean(r) for r in records))
-        if isinstance(r, Mapping)
-    ]
-    roots = [n for n in _list(s.get("nodes")) if isinstance(n, Mapping)]
-    root = roots[0] if roots else None
+    s = summary if assume_clean else _deep_clean(summary, redact)
+    recs = records if assume_clean else [_deep_clean(r, redact) for r in records]
+    if calibration is not None and not assume_clean:
+        calibration = _deep_clean(calibration, redact)
+    root = s.nodes[0] if s.nodes else None
 
-    table: list[dict[str, Any]] = []
-    pillars: list[dict[str, Any]] = []
-    place: dict[str, dict[str, str]] = {}
-    nodes: dict[str, Mapping[str, Any]] = {}
+    table: list[NodeRow] = []
+    pillars: list[NodeRow] = []
+    place: dict[str, _Place] = {}
+    nodes: dict[str, Node] = {}
     order: dict[str, int] = {}
     if root is not None:
-        for pillar in _children(root):
+        for pillar in root.children:
             prow = _node_row(pillar, 1)
             pillars.append(prow)
             table.append(prow)
-            for article in _children(pillar):
-                if article.get("kind") != "scenario":
+            for article in pillar.children:
+                if article.kind != "scenario":
                     table.append(_node_row(article, 2))
                 for leaf in _leaves(article):
-                    sid = _s(leaf.get("id"))
+                    sid = leaf.id
                     nodes.setdefault(sid, leaf)
                     order.setdefault(sid, len(order))
                     place.setdefault(
@@ -636,26 +899,27 @@ def build_view(
                         {
                             "pillar": prow["id"],
                             "pillar_title": prow["title"],
-                            "article": _s(article.get("id")),
-                            "article_title": _s(article.get("title")),
+                            "article": article.id,
+                            "article_title": article.title or "",
                         },
                     )
 
     scenarios = []
     seen: set[str] = set()
     for rec in recs:
-        result = _map(rec.get("result"))
-        sid = _s(rec.get("scenario_id") or result.get("key"))
+        sid = rec.scenario_id or rec.result.key
         seen.add(sid)
-        scenarios.append(_scenario_view(rec, nodes.get(sid), place.get(sid, {}), answer_limit))
+        scenarios.append(
+            _scenario_view(rec, nodes.get(sid), place.get(sid, _NOWHERE), answer_limit)
+        )
     for sid, node in nodes.items():  # graded leaves whose record was not passed in
         if sid not in seen:
-            scenarios.append(_scenario_view(None, node, place.get(sid, {}), answer_limit))
+            scenarios.append(_scenario_view(None, node, place.get(sid, _NOWHERE), answer_limit))
 
-    def by_tree(sc: dict[str, Any]) -> int:
+    def by_tree(sc: ScenarioView) -> int:
         return order.get(sc["id"], len(order))
 
-    def by_badness(sc: dict[str, Any]) -> tuple[int, float, int]:
+    def by_badness(sc: ScenarioView) -> tuple[int, float, int]:
         score = sc["score"] if sc["score"] is not None else 0.0
         return (most_severe_first(sc["severity"]), score, by_tree(sc))
 
@@ -668,32 +932,22 @@ def build_view(
     skipped = sorted((sc for sc in scenarios if sc["verdict"] == "skipped"), key=by_tree)
     for n, sc in enumerate(failed + warned + errors, start=1):
         sc["anchor"] = f"scenario-{n}"
-    first_anchor: dict[str, str] = {}
-    for sc in failed:
-        first_anchor.setdefault(sc["id"], sc["anchor"])
     # the gate's list (declared critical severity), so the report, the terminal and the
     # gate name the same scenarios; a score-implied severity shows on each card instead
-    listed = _get(s, "gate", "critical_failures")
-    if isinstance(listed, list):
-        declared = {str(cid).split(" (", 1)[0] for cid in listed}
+    if "critical_failures" in s.gate.model_fields_set:
+        declared = {cid.split(" (", 1)[0] for cid in s.gate.critical_failures}
         critical = [sc for sc in failed if sc["id"] in declared]
     else:  # a summary written before the gate listed them: the severity of each scenario
         critical = [sc for sc in failed if sc["severity"] == "critical"]
     # A steered grade is never a silent pass: every flagged item is listed, whatever its verdict.
     injection = sorted((sc for sc in scenarios if sc["injection"]), key=by_tree)
 
-    bands = {
-        key: default if (given := _num(_get(s, "bands", key))) is None else given
-        for key, default in Bands().to_json().items()
-    }
-    gate = _map(s.get("gate"))
-    gate_passed = gate.get("passed") is True
-    verdict = _verdict(s.get("verdict"))
+    bands = (s.bands or Bands()).to_json()
+    gate_passed = s.gate.passed
+    verdict = s.verdict
     tone = "fail" if not gate_passed else "warn" if verdict != "pass" else "pass"
-    judges = s.get("judge")
-    judge = ", ".join(_s(j) for j in judges) if isinstance(judges, list) else _s(judges)
-    items = _map(s.get("items"))
-    counts = dict.fromkeys(VERDICTS, 0)
+    judge = ", ".join(s.judge)
+    counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
     if root is not None:
         counts = _node_row(root, 0)["counts"]
     elif scenarios:
@@ -703,24 +957,20 @@ def build_view(
     calibration_only = calibration is not None and not recs and root is None
     return {
         "calibration_only": calibration_only,
-        "family": _s(s.get("family")),
-        "family_version": _s(s.get("family_version")),
-        "title": _s(_map(root).get("title") or s.get("family")) or "benchmark",
-        "preset": _s(s.get("preset")),
-        "subject": _s(s.get("subject")),
+        "family": s.family,
+        "family_version": s.family_version or "",
+        "title": (root.title if root is not None else None) or s.family or "benchmark",
+        "preset": s.preset,
+        "subject": s.subject,
         "judge": judge,
         "rules_only": judge.strip() in ("rules", ""),
-        "score": _num(s.get("score")),
+        "score": _num(s.score),
         "verdict": verdict,
-        "aggregation": _s(_map(root).get("aggregation")),
+        "aggregation": (root.aggregation if root is not None else None) or "",
         "bands": bands,
-        "gate": {
-            "passed": gate_passed,
-            "reasons": [_s(r) for r in _list(gate.get("reasons"))],
-            "notes": [_s(n) for n in _list(gate.get("notes"))],
-        },
+        "gate": {"passed": gate_passed, "reasons": s.gate.reasons, "notes": s.gate.notes},
         "tone": tone,
-        "items": items,
+        "items": s.items,
         "counts": counts,
         "graded": sum(counts[v] for v in GRADED_VERDICTS),
         "total": sum(counts.values()),
@@ -736,21 +986,19 @@ def build_view(
         "any_na": any(sc["na"] for sc in failed + warned),
         "usage": _usage_view(recs),
         "lineage": [
-            ("Run id", _s(s.get("run_id")) or "—"),
-            ("Started", _s(s.get("started_at")) or "—"),
-            ("Ended", _s(s.get("ended_at")) or "—"),
-            ("Plugin version", _s(s.get("plugin_version")) or "—"),
-            ("Family version", _s(s.get("family_version")) or "—"),
-            ("Records head (before the seal)", _s(s.get("chain_head")) or "—"),
-            ("Summary schema", _s(s.get("schema")) or "—"),
+            ("Run id", s.run_id or "—"),
+            ("Started", s.started_at or "—"),
+            ("Ended", s.ended_at or "—"),
+            ("Plugin version", s.plugin_version or "—"),
+            ("Family version", s.family_version or "—"),
+            ("Records head (before the seal)", s.chain_head or "—"),
+            ("Summary schema", s.schema_ or "—"),
         ],
-        "chain_head": _s(s.get("chain_head")),
-        "run_id": _s(s.get("run_id")),
-        "plugin_version": _s(s.get("plugin_version")),
+        "chain_head": s.chain_head or "",
+        "run_id": s.run_id,
+        "plugin_version": s.plugin_version,
         "answer_limit": answer_limit,
-        "calibration": _calibration_view(_deep_clean(calibration))
-        if isinstance(calibration, Mapping)
-        else None,
+        "calibration": _calibration_view(calibration) if calibration is not None else None,
         "disclaimer": DISCLAIMER,
         "pr": _pr_view(s),  # suites and the comparison with the baseline (pull-request check)
         "samples": _samples_view(root),  # repeated samples: spread, intervals, agreement
@@ -765,7 +1013,7 @@ _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
 _BLOCK_START = re.compile(r"^(\s*)(?=[#+=-]|\d+[.)])")
 
 
-def _md_inline(value: Any) -> str:
+def _md_inline(value: object) -> str:
     """Text for a Markdown paragraph: markup characters escaped, @mentions defused."""
     text = clean_text(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
@@ -773,22 +1021,22 @@ def _md_inline(value: Any) -> str:
     return _MENTION.sub("@\u200b", text)
 
 
-def md_text(value: Any) -> str:
+def md_text(value: object) -> str:
     """Multi-line text as one Markdown paragraph (line breaks kept as ``<br>``)."""
     return "<br>".join(_md_inline(line) for line in clean_text(value).split("\n"))
 
 
-def md_cell(value: Any) -> str:
+def md_cell(value: object) -> str:
     """Text for a GFM table cell: no raw ``|`` and no line break can end the row."""
     return md_text(value).strip() or " "
 
 
-def md_html(value: Any) -> str:
+def md_html(value: object) -> str:
     """Text inside raw HTML in Markdown (``<summary>``): HTML-escaped, mentions defused."""
     return _MENTION.sub("@\u200b", html.escape(clean_text(value)))
 
 
-def md_code(value: Any, info: str = "text") -> str:
+def md_code(value: object, info: str = "text") -> str:
     """A fenced code block that no backtick run inside *value* can close early."""
     text = clean_text(value)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -796,7 +1044,7 @@ def md_code(value: Any, info: str = "text") -> str:
     return f"{fence}{info}\n{text}\n{fence}"
 
 
-def md_tick(value: Any, table: bool = True) -> str:
+def md_tick(value: object, table: bool = True) -> str:
     """An inline code span that no backtick inside *value* can close (and, in a table, no ``|``)."""
     text = clean_text(value).replace("\n", " ")
     if not text.strip():
@@ -809,7 +1057,7 @@ def md_tick(value: Any, table: bool = True) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def md_bar(value: Any, width: int = 10) -> str:
+def md_bar(value: object, width: int = 10) -> str:
     x = _num(value)
     if x is None:
         return "░" * width
@@ -821,7 +1069,7 @@ def md_bar(value: Any, width: int = 10) -> str:
 
 
 @lru_cache(maxsize=1)
-def _environment() -> Any:
+def _environment() -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
@@ -852,10 +1100,11 @@ def _environment() -> Any:
 
 
 def render_markdown(
-    summary: Mapping[str, Any],
-    records: Sequence[Mapping[str, Any]],
+    summary: RunSummary,
+    records: Sequence[ReportRecord],
     *,
-    calibration: Mapping[str, Any] | None = None,
+    calibration: CalibrationReport | None = None,
+    redact: Redact | None = None,
 ) -> str:
     """``report.md``: GitHub-flavoured Markdown, sized to fit a PR comment or job summary.
 
@@ -875,8 +1124,10 @@ def render_markdown(
         (300, False, 0, 0),
     ]
     text = ""
-    summary = _map(_deep_clean(summary))
-    records = [_deep_clean(r) for r in records]
+    summary = _deep_clean(summary, redact)
+    records = [_deep_clean(r, redact) for r in records]
+    if calibration is not None:
+        calibration = _deep_clean(calibration, redact)
     for i, (limit, answers, max_failed, max_warned) in enumerate(steps):
         view = build_view(
             summary, records, calibration=calibration, answer_limit=limit, assume_clean=True
@@ -894,14 +1145,15 @@ def render_markdown(
 
 
 def render_html(
-    summary: Mapping[str, Any],
-    records: Sequence[Mapping[str, Any]],
+    summary: RunSummary,
+    records: Sequence[ReportRecord],
     *,
-    calibration: Mapping[str, Any] | None = None,
+    calibration: CalibrationReport | None = None,
+    redact: Redact | None = None,
 ) -> str:
     """``report.html``: one self-contained page (inline CSS and SVG, no script, no network)."""
-    view = build_view(summary, records, calibration=calibration)
-    return str(_environment().get_template("report.html.j2").render(v=view))
+    view = build_view(summary, records, calibration=calibration, redact=redact)
+    return _environment().get_template("report.html.j2").render(v=view)
 
 
 # --------------------------------------------------------------------------- calibration report
@@ -917,7 +1169,7 @@ RATIONALE_LIMIT = 2000
 _CAL_STATUS = ("pass", "fail", "insufficient")
 
 
-def _ci(value: Any) -> tuple[float, float] | None:
+def _ci(value: object) -> tuple[float, float] | None:
     if isinstance(value, (list, tuple)) and len(value) == 2:
         lo, hi = _num(value[0]), _num(value[1])
         if lo is not None and hi is not None:
@@ -925,85 +1177,126 @@ def _ci(value: Any) -> tuple[float, float] | None:
     return None
 
 
-def fmt_ci(value: Any, digits: int = 2) -> str:
+def fmt_ci(value: object, digits: int = 2) -> str:
     """``[0.47, 1.00]``; empty when there is no interval."""
     ci = _ci(value)
     return "" if ci is None else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
-def _pct_ci(value: Any) -> str:
+def _pct_ci(value: object) -> str:
     """``[92.3%, 100.0%]``: an accuracy interval in the percentages accuracy is shown in."""
     ci = _ci(value)
     return "" if ci is None else f"[{fmt_pct(ci[0])}, {fmt_pct(ci[1])}]"
 
 
-def _cal_status(gate: Mapping[str, Any]) -> str:
-    status = gate.get("status")
-    if status in _CAL_STATUS:
-        return str(status)
-    passed = gate.get("passed")
+def _cal_status(gate: GroupGate | CalibrationGate) -> str:
+    if gate.status is not None and gate.status in _CAL_STATUS:
+        return gate.status
+    passed = gate.passed
     return "none" if passed is None else "pass" if passed else "fail"
 
 
-def _cal_row(name: str, data: Any) -> dict[str, Any]:
-    data = _map(data)
-    gate = _map(data.get("gate"))
-    kappa, ceiling = _num(data.get("kappa")), _num(data.get("inter_rater_fleiss_kappa"))
-    other = _map(data.get("calibration_split"))
+class OtherSplit(TypedDict):
+    n: float | None
+    accuracy: float | None
+    kappa: float | None
+
+
+class CalibrationGroupRow(TypedDict):
+    name: str
+    n: float | None
+    entries: float | None
+    accuracy: float | None
+    accuracy_ci: str
+    kappa: float | None
+    kappa_ci: str
+    fleiss: float | None
+    fleiss_n: float | None
+    above_ceiling: bool
+    brier: float | None
+    ece: float | None
+    auc: float | None
+    errors: int
+    not_gradable: int
+    threshold: str | None
+    gate: str
+    reasons: list[str]
+    notes: list[str]
+    other: OtherSplit | None
+
+
+def _cal_row(name: str, data: CalibrationGroup) -> CalibrationGroupRow:
+    gate = data.gate
+    kappa, ceiling = _num(data.kappa), _num(data.inter_rater_fleiss_kappa)
+    other = data.calibration_split
     return {
         "name": name,
-        "n": _num(data.get("n")),
-        "entries": _num(data.get("entries")),
-        "accuracy": _num(data.get("accuracy")),
-        "accuracy_ci": _pct_ci(data.get("accuracy_ci")),
+        "n": _num(data.n),
+        "entries": _num(data.entries),
+        "accuracy": _num(data.accuracy),
+        "accuracy_ci": _pct_ci(data.accuracy_ci),
         "kappa": kappa,
-        "kappa_ci": fmt_ci(data.get("kappa_ci")),
+        "kappa_ci": fmt_ci(data.kappa_ci),
         "fleiss": ceiling,
-        "fleiss_n": _num(data.get("inter_rater_n")),
+        "fleiss_n": _num(data.inter_rater_n),
         "above_ceiling": kappa is not None and ceiling is not None and kappa > ceiling,
-        "brier": _num(data.get("brier")),
-        "ece": _num(data.get("ece")),
-        "auc": _num(data.get("auc")),
-        "errors": int(_num(data.get("evaluation_failures")) or 0),
-        "not_gradable": int(_num(data.get("not_gradable")) or 0),
-        "threshold": _threshold_text(gate.get("threshold")),
+        "brier": _num(data.brier),
+        "ece": _num(data.ece),
+        "auc": _num(data.auc),
+        "errors": data.evaluation_failures,
+        "not_gradable": data.not_gradable,
+        "threshold": _threshold_text(gate.threshold),
         "gate": _cal_status(gate),
-        "reasons": [_s(r) for r in _list(gate.get("reasons"))],
-        "notes": [_s(n) for n in _list(gate.get("notes"))],
+        "reasons": gate.reasons,
+        "notes": gate.notes,
         "other": (
-            {
-                "n": _num(other.get("n")),
-                "accuracy": _num(other.get("accuracy")),
-                "kappa": _num(other.get("kappa")),
-            }
-            if other
+            {"n": _num(other.n), "accuracy": _num(other.accuracy), "kappa": _num(other.kappa)}
+            if other is not None
             else None
         ),
     }
 
 
-def _location(entry: Mapping[str, Any]) -> str:
-    where = _s(entry.get("file"))
-    line = _num(entry.get("line"))
-    return f"{where}:{int(line)}" if where and line is not None else where
+def _location(entry: EntryRef) -> str:
+    where = entry.file or ""
+    return f"{where}:{entry.line}" if where and entry.line is not None else where
 
 
-def _disagreement_view(d: Mapping[str, Any], limit: int) -> dict[str, Any]:
-    band = _list(d.get("band"))
+class DisagreementView(TypedDict):
+    id: str
+    pillar: str
+    article: str
+    location: str
+    split: str
+    adversarial: str
+    expected: str
+    band: str
+    actual: str
+    score: float | None
+    why: str
+    in_band: bool
+    rationale: str
+    rationale_cut: int
+    reasoning: str
+    reasoning_cut: int
+
+
+def _disagreement_view(d: Disagreement, limit: int) -> DisagreementView:
+    band = d.band or []
     lo = _num(band[0]) if len(band) == 2 else None
     hi = _num(band[1]) if len(band) == 2 else None
-    rationale, rationale_cut = _truncate(_s(d.get("rationale")), limit)
-    reasoning, reasoning_cut = _truncate(_s(d.get("reasoning")), limit)
-    score = _num(d.get("score"))
-    expected, actual = _verdict(d.get("expected")), _verdict(d.get("actual"))
+    rationale, rationale_cut = _truncate(d.rationale, limit)
+    reasoning, reasoning_cut = _truncate(d.reasoning, limit)
+    score = _num(d.score)
+    expected, actual = _verdict(d.expected), _verdict(d.actual)
     in_band = score is not None and lo is not None and hi is not None and lo <= score <= hi
     return {
-        "id": _s(d.get("id")) or "?",
-        "pillar": _s(d.get("pillar")),
-        "article": _s(d.get("article")),
+        "id": d.id or "?",
+        "pillar": d.pillar or "",
+        "article": d.article or "",
         "location": _location(d),
-        "split": _s(d.get("split")),
-        "adversarial": _s(d.get("adversarial")),
+        "split": d.split or "",
+        "adversarial": _s(d.adversarial),
         "expected": expected,
         "band": "—" if lo is None or hi is None else f"{fmt_score(lo)}–{fmt_score(hi)}",
         "actual": actual,
@@ -1017,98 +1310,149 @@ def _disagreement_view(d: Mapping[str, Any], limit: int) -> dict[str, Any]:
     }
 
 
-def _cal_lineage(s: Mapping[str, Any], cal: Mapping[str, Any]) -> dict[str, Any]:
-    lin = _map(cal.get("lineage"))
+class GoldenFileView(TypedDict):
+    path: str
+    sha256: str
+    entries: int
+
+
+class LineageView(TypedDict):
+    rows: list[tuple[str, str]]
+    files: list[GoldenFileView]
+
+
+def _cal_lineage(s: RunSummary, cal: CalibrationReport) -> LineageView:
+    lin = cal.lineage or CalibrationLineage()
     judges = [
-        f"{_s(j.get('spec'))}"
+        (j.spec or "")
         + (
-            f" (model {_s(j.get('model_requested'))})"
-            if j.get("model_requested") and _s(j.get("model_requested")) not in _s(j.get("spec"))
+            f" (model {j.model_requested})"
+            if j.model_requested and j.model_requested not in (j.spec or "")
             else ""
         )
-        for j in _list(lin.get("judges"))
-        if isinstance(j, Mapping)
+        for j in lin.judges
     ]
     if not judges:
-        judge = s.get("judge")
-        judges = [_s(j) for j in judge] if isinstance(judge, list) else [_s(judge)]
-    prompt = _map(lin.get("judge_prompt"))
-    used = [
-        (_s(p.get("version")) + " " if p.get("version") else "") + _s(p.get("sha256"))
-        for p in _list(lin.get("prompts_used"))
-        if isinstance(p, Mapping)
-    ]
-    prompt_text = _s(prompt.get("version")) or "—"
-    if prompt.get("file"):
-        prompt_text = f"{_s(prompt.get('file'))} ({prompt_text})"
+        judges = list(s.judge)
+    prompt = lin.judge_prompt or PromptRef()
+    used = [(p.version + " " if p.version else "") + (p.sha256 or "") for p in lin.prompts_used]
+    prompt_text = prompt.version or "—"
+    if prompt.file:
+        prompt_text = f"{prompt.file} ({prompt_text})"
     rows = [
-        ("Run id", _s(s.get("run_id")) or "—"),
-        ("Started", _s(s.get("started_at")) or "—"),
-        ("Ended", _s(s.get("ended_at")) or "—"),
-        ("Plugin version", _s(s.get("plugin_version")) or "—"),
-        ("Family", f"{_s(s.get('family'))} {_s(s.get('family_version'))}".strip() or "—"),
+        ("Run id", s.run_id or "—"),
+        ("Started", s.started_at or "—"),
+        ("Ended", s.ended_at or "—"),
+        ("Plugin version", s.plugin_version or "—"),
+        ("Family", f"{s.family} {s.family_version or ''}".strip() or "—"),
         ("Judges", ", ".join(j for j in judges if j) or "—"),
         (
             "Models that answered",
-            ", ".join(_s(m) for m in _list(lin.get("models_returned")))
-            or "— (no model call: offline judge or cache)",
+            ", ".join(lin.models_returned) or "— (no model call: offline judge or cache)",
         ),
         ("Family judge prompt", prompt_text),
-        ("Family judge prompt SHA-256", _s(prompt.get("sha256")) or "— (built-in default prompt)"),
+        ("Family judge prompt SHA-256", prompt.sha256 or "— (built-in default prompt)"),
         ("Judge prompts used (version SHA-256)", "; ".join(used) or "—"),
-        ("Records head (before the seal)", _s(s.get("chain_head")) or "—"),
-        ("Summary schema", _s(s.get("schema")) or "—"),
+        ("Records head (before the seal)", s.chain_head or "—"),
+        ("Summary schema", s.schema_ or "—"),
     ]
-    files = [
-        {
-            "path": _s(f.get("path")),
-            "sha256": _s(f.get("sha256")),
-            "entries": int(_num(f.get("entries")) or 0),
-        }
-        for f in _list(lin.get("golden_files"))
-        if isinstance(f, Mapping)
+    files: list[GoldenFileView] = [
+        {"path": f.path, "sha256": f.sha256, "entries": f.entries} for f in lin.golden_files
     ]
     return {"rows": rows, "files": files}
 
 
+class FailureView(TypedDict):
+    id: str
+    pillar: str
+    location: str
+    error: str
+
+
+class TokensView(TypedDict):
+    prompt: int
+    completion: int
+    usd: float | None
+
+
+class CalibrationView(TypedDict):
+    family: str
+    family_version: str
+    judge: str
+    rules_only: bool
+    thresholds_of: str
+    split: str
+    gate_on: str
+    min_n: int
+    threshold: str
+    max_errors: int
+    status: str
+    tone: str
+    reasons: list[str]
+    notes: list[str]
+    insufficient: list[str]
+    overall: CalibrationGroupRow
+    rows: list[CalibrationGroupRow]
+    any_fleiss: bool
+    any_other: bool
+    has_auc: bool
+    labels: list[str]
+    confusion: list[ConfusionRow]
+    classes: list[ClassView]
+    bins: list[ReliabilityBin]
+    chart: Geometry | None
+    counts: dict[str, int]
+    disagreements: list[DisagreementView]
+    failures: list[FailureView]
+    not_gradable: int
+    skipped: int
+    skipped_by: list[tuple[str, int]]
+    prompt_mismatch: int
+    stability: Stability | None
+    tokens: TokensView
+    lineage: LineageView
+    chain_head: str
+    run_id: str
+    plugin_version: str
+
+
 def build_calibration_view(
-    summary: Mapping[str, Any],
-    calibration: Mapping[str, Any],
+    summary: RunSummary,
+    calibration: CalibrationReport,
     *,
     text_limit: int = RATIONALE_LIMIT,
-) -> dict[str, Any]:
+    redact: Redact | None = None,
+) -> CalibrationView:
     """What both calibration reports show: cleaned, formatted-ready, one view for both."""
-    s = _map(_deep_clean(summary))
-    cal = _map(_deep_clean(calibration))
+    s = _deep_clean(summary, redact)
+    cal = _deep_clean(calibration, redact)
     base = _calibration_view(cal)
-    pillars = _map(cal.get("pillars"))
-    rows = [_cal_row(k, v) for k, v in pillars.items()]
-    overall = _cal_row("overall", cal.get("overall"))
-    gate = _map(cal.get("gate"))
+    rows = [_cal_row(k, v) for k, v in cal.pillars.items()]
+    overall = _cal_row("overall", cal.overall)
+    gate = cal.gate
     status = _cal_status(gate)
     if status == "none":
         status = "fail"
-    judges = s.get("judge")
-    judge = ", ".join(_s(j) for j in judges) if isinstance(judges, list) else _s(judges)
-    th = _map(_get(cal, "overall", "gate", "threshold"))
-    stability = _map(cal.get("stability"))
-    cost = _map(_get(s, "cost", "total"))
+    judge = ", ".join(s.judge)
+    th = cal.overall.gate.threshold or Thresholds()
+    cost = s.cost.total if s.cost is not None else None
+    skipped = cal.skipped
     return {
-        "family": _s(s.get("family") or cal.get("family")),
-        "family_version": _s(s.get("family_version")),
+        "family": s.family or cal.family or "",
+        "family_version": s.family_version or "",
         "judge": judge,
         "rules_only": judge.strip() in ("rules", ""),
-        "thresholds_of": _s(cal.get("preset_thresholds")) or "standard",
-        "split": _s(cal.get("split")) or "holdout",
-        "gate_on": _s(gate.get("on")) or "point",
-        "min_n": int(_num(gate.get("min_n")) or 0),
+        "thresholds_of": cal.preset_thresholds or "standard",
+        "split": cal.split or "holdout",
+        "gate_on": gate.on or "point",
+        "min_n": gate.min_n or 0,
         "threshold": _threshold_text(th) or "—",
-        "max_errors": int(_num(th.get("max_evaluation_failures")) or 0),
+        "max_errors": th.max_evaluation_failures or 0,
         "status": status,
         "tone": {"pass": "pass", "insufficient": "warn"}.get(status, "fail"),
-        "reasons": [_s(r) for r in _list(gate.get("reasons"))],
-        "notes": [_s(n) for n in _list(gate.get("notes"))],
-        "insufficient": [_s(p) for p in _list(gate.get("insufficient"))],
+        "reasons": gate.reasons,
+        "notes": gate.notes,
+        "insufficient": gate.insufficient,
         "overall": overall,
         "rows": rows,
         "any_fleiss": any(r["fleiss"] is not None for r in [overall, *rows]),
@@ -1117,62 +1461,61 @@ def build_calibration_view(
         "labels": base["labels"],
         "confusion": base["confusion"],
         "classes": base["classes"],
-        "bins": [b for b in base["bins"] if _num(b.get("n"))],
+        "bins": [b for b in base["bins"] if _num(b.n)],
         "chart": base["chart"],
         # not "items": Jinja would find the dict method of that name first
         "counts": {
-            k: int(_num(_get(s, "items", k)) or 0)
-            for k in ("passed", "failed", "errors", "skipped")
+            "passed": s.items.passed,
+            "failed": s.items.failed,
+            "errors": s.items.errors,
+            "skipped": s.items.skipped,
         },
-        "disagreements": [
-            _disagreement_view(d, text_limit)
-            for d in _list(cal.get("disagreements"))
-            if isinstance(d, Mapping)
-        ],
+        "disagreements": [_disagreement_view(d, text_limit) for d in cal.disagreements],
         "failures": [
             {
-                "id": _s(e.get("id")) or "?",
-                "pillar": _s(e.get("pillar")),
+                "id": e.id or "?",
+                "pillar": e.pillar or "",
                 "location": _location(e),
-                "error": _s(e.get("error")) or "unknown error",
+                "error": e.error or "unknown error",
             }
-            for e in _list(cal.get("evaluation_failures"))
-            if isinstance(e, Mapping)
+            for e in cal.evaluation_failures
         ],
-        "not_gradable": int(_num(cal.get("not_gradable")) or 0),
-        "skipped": int(_num(_get(cal, "skipped", "total")) or 0),
-        "skipped_by": [
-            (_s(k), int(_num(n) or 0)) for k, n in _map(_get(cal, "skipped", "by_reason")).items()
-        ],
-        "prompt_mismatch": int(_num(cal.get("prompt_mismatch")) or 0),
-        "stability": stability or None,
+        "not_gradable": cal.not_gradable,
+        "skipped": skipped.total if skipped is not None else 0,
+        "skipped_by": list(skipped.by_reason.items()) if skipped is not None else [],
+        "prompt_mismatch": cal.prompt_mismatch,
+        "stability": cal.stability,
         "tokens": {
-            "prompt": int(_num(cost.get("prompt_tokens")) or 0),
-            "completion": int(_num(cost.get("completion_tokens")) or 0),
-            "usd": _num(cost.get("usd")),
+            "prompt": cost.prompt_tokens if cost is not None else 0,
+            "completion": cost.completion_tokens if cost is not None else 0,
+            "usd": _num(cost.usd) if cost is not None else None,
         },
         "lineage": _cal_lineage(s, cal),
-        "chain_head": _s(s.get("chain_head")),
-        "run_id": _s(s.get("run_id")),
-        "plugin_version": _s(s.get("plugin_version")),
+        "chain_head": s.chain_head or "",
+        "run_id": s.run_id,
+        "plugin_version": s.plugin_version,
     }
 
 
-def render_calibration_markdown(summary: Mapping[str, Any], calibration: Mapping[str, Any]) -> str:
+def render_calibration_markdown(
+    summary: RunSummary, calibration: CalibrationReport, *, redact: Redact | None = None
+) -> str:
     """``report.md`` of a calibration run; sheds the texts of disagreements to fit a PR comment."""
     template = _environment().get_template("calibration.md.j2")
     # (characters of each rationale and reasoning, disagreements listed in full); None: all
     steps: list[tuple[int, int | None]] = [(600, None), (240, None), (120, 60), (0, 60), (0, 20)]
     text = ""
     for i, (limit, listed) in enumerate(steps):
-        view = build_calibration_view(summary, calibration, text_limit=max(limit, 1))
+        view = build_calibration_view(summary, calibration, text_limit=max(limit, 1), redact=redact)
         text = template.render(v=view, show_texts=limit > 0, listed=listed, trimmed=i > 0)
         if len(text) <= MARKDOWN_BUDGET:
             break
     return text
 
 
-def render_calibration_html(summary: Mapping[str, Any], calibration: Mapping[str, Any]) -> str:
+def render_calibration_html(
+    summary: RunSummary, calibration: CalibrationReport, *, redact: Redact | None = None
+) -> str:
     """``report.html`` of a calibration run: one self-contained page, no script, no network."""
-    view = build_calibration_view(summary, calibration)
-    return str(_environment().get_template("calibration.html.j2").render(v=view))
+    view = build_calibration_view(summary, calibration, redact=redact)
+    return _environment().get_template("calibration.html.j2").render(v=view)

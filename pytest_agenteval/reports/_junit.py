@@ -1,7 +1,8 @@
 """``junit.xml`` for a benchmark run, valid against ``schemas/junit-10.xsd``.
 
-Pure: no pytest, no I/O. :func:`junit_xml` turns the plugin's result records
-(one plain dict per scenario item) and the run info into UTF-8 bytes.
+Pure: no pytest, no I/O. :func:`junit_xml` turns the run model — one
+:class:`~pytest_agenteval._model.ReportRecord` per scenario item and the
+:class:`~pytest_agenteval._model.RunHeader` — into UTF-8 bytes.
 
 Shape::
 
@@ -16,7 +17,8 @@ Shape::
           <system-err>   the error text, for errors
 
 Outcomes: pass and warn pass, fail fails, error errors, skipped skips. A
-record without a known verdict is written as an error, never as a pass.
+record with any other verdict cannot reach here: the model refuses it when
+the record is read.
 
 Injection: a record whose answer tried to steer the judge
 (``meta["injection_suspected"]``, on the item or on any judge's grade beneath
@@ -68,11 +70,11 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
+from .._model import ArticleRef, ReportRecord, ResultMeta, ResultRecord, RunHeader
 from .._text import as_text, clip, visible_escape
-from .._vocab import VERDICTS
+from .._vocab import VERDICTS, Verdict
 
 __all__ = [
     "DEFAULT_MAX_TEXT_CHARS",
@@ -87,7 +89,6 @@ __all__ = [
     "location_of",
     "meta_of",
     "pillar_of",
-    "result_of",
     "scenario_of",
     "score_text",
     "verdict_of",
@@ -118,109 +119,88 @@ class _Text:
         self.max_chars = max_chars
         self.redact = redact
 
-    def __call__(self, value: Any, limit: int | None = None) -> str:
+    def __call__(self, value: object, limit: int | None = None) -> str:
         text = as_text(value)
         if self.redact is not None and text:
             text = self.redact(text)
         limit = self.max_chars if limit is None else limit
         return visible_escape(clip(text, limit, _marker, within=False))
 
-    def line(self, value: Any) -> str:
+    def line(self, value: object) -> str:
         """A short text, for an attribute value (line breaks survive as ``&#10;``)."""
         return self(value, MAX_ATTR_CHARS)
 
 
 # --------------------------------------------------------------------------- records
 
-
-_EMPTY: Mapping[str, Any] = {}
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
+_NO_ARTICLE = ArticleRef(control_id="")
 
 
-def result_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(record.get("result"))
+def meta_of(record: ReportRecord) -> ResultMeta:
+    return record.result.meta
 
 
-def meta_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(result_of(record).get("meta"))
+def article_of(record: ReportRecord) -> ArticleRef:
+    """The record's article; one with empty fields when the record has none."""
+    return record.article or _NO_ARTICLE
 
 
-def article_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(record.get("article"))
+def verdict_of(record: ReportRecord) -> Verdict:
+    return record.result.verdict
 
 
-def verdict_of(record: Mapping[str, Any]) -> str:
-    """The record's verdict; anything unknown counts as ``error`` (never a pass)."""
-    verdict = result_of(record).get("verdict")
-    return verdict if verdict in VERDICTS else "error"
+def control_of(record: ReportRecord) -> str:
+    return article_of(record).control_id or meta_of(record).control_id or "unknown"
 
 
-def control_of(record: Mapping[str, Any]) -> str:
-    return str(
-        article_of(record).get("control_id") or meta_of(record).get("control_id") or "unknown"
-    )
+def pillar_of(record: ReportRecord) -> str:
+    return article_of(record).pillar or meta_of(record).pillar or "unknown"
 
 
-def pillar_of(record: Mapping[str, Any]) -> str:
-    return str(article_of(record).get("pillar") or meta_of(record).get("pillar") or "unknown")
+def family_of(record: ReportRecord, run: RunHeader) -> str:
+    return record.family or meta_of(record).family or run.family or "agenteval"
 
 
-def family_of(record: Mapping[str, Any], run: Mapping[str, Any]) -> str:
-    return str(
-        record.get("family") or meta_of(record).get("family") or run.get("family") or "agenteval"
-    )
+def scenario_of(record: ReportRecord) -> str:
+    return record.scenario_id or record.result.key or record.nodeid or "?"
 
 
-def scenario_of(record: Mapping[str, Any]) -> str:
-    result = result_of(record)
-    return str(record.get("scenario_id") or result.get("key") or record.get("nodeid") or "?")
+def score_text(score: float | None) -> str:
+    return "n/a" if score is None else f"{float(score):.3f}"
 
 
-def score_text(score: Any) -> str:
-    if isinstance(score, (int, float)) and not isinstance(score, bool):
-        return f"{float(score):.3f}"
-    return "n/a"
-
-
-def _seconds(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+def _seconds(value: float | None) -> float:
+    if value is not None and math.isfinite(value):
         return max(float(value), 0.0)
     return 0.0
 
 
-def _duration(record: Mapping[str, Any]) -> float:
-    timings = record.get("timings")
-    if not isinstance(timings, Mapping):
+def _duration(record: ReportRecord) -> float:
+    timings = record.timings
+    if timings is None:
         return 0.0
-    return _seconds(timings.get("subject_s")) + _seconds(timings.get("judge_s"))
+    return _seconds(timings.subject_s) + _seconds(timings.judge_s)
 
 
 def _time_attr(seconds: float) -> str:
     return f"{seconds:.3f}"  # SUREFIRE_TIME: at most three decimals
 
 
-def case_name(record: Mapping[str, Any]) -> str:
+def case_name(record: ReportRecord) -> str:
     """The scenario id, plus a parametrisation suffix when the node id carries one."""
     scenario = scenario_of(record)
-    nodeid = str(record.get("nodeid") or "")
+    nodeid = record.nodeid
     last = nodeid.rsplit("::", 1)[-1] if "::" in nodeid else ""
     return last if last.startswith(scenario) and last != scenario else scenario
 
 
-def location_of(record: Mapping[str, Any]) -> tuple[str, int | None]:
-    file = record.get("file")
-    if not file:
-        nodeid = str(record.get("nodeid") or "")
-        file = nodeid.split("::", 1)[0]
-    line = record.get("line")
-    ok = isinstance(line, int) and not isinstance(line, bool) and line >= 1
-    return str(file or ""), (line if ok else None)
+def location_of(record: ReportRecord) -> tuple[str, int | None]:
+    file = record.file or record.nodeid.split("::", 1)[0]
+    line = record.line
+    return file, (line if line is not None and line >= 1 else None)
 
 
-def injection_of(record: Mapping[str, Any]) -> tuple[bool | None, list[str]]:
+def injection_of(record: ReportRecord) -> tuple[bool | None, list[str]]:
     """(flagged, reasons) of a record: ``None`` when nothing says whether it was checked.
 
     Flagged when the item's ``meta["injection_suspected"]`` is true or any grade
@@ -229,25 +209,23 @@ def injection_of(record: Mapping[str, Any]) -> tuple[bool | None, list[str]]:
     flagged: bool | None = None
     reasons: list[str] = []
 
-    def walk(result: Mapping[str, Any], depth: int) -> None:
+    def walk(result: ResultRecord, depth: int) -> None:
         nonlocal flagged
-        meta = _mapping(result.get("meta"))
-        value = meta.get("injection_suspected")
-        if isinstance(value, bool):
+        value = result.meta.injection_suspected
+        if value is not None:
             flagged = bool(flagged) or value
-        found = meta.get("injection_reasons")
-        if isinstance(found, list):
-            reasons.extend(t for t in (as_text(r) for r in found) if t not in reasons)
+        for why in result.meta.injection_reasons or ():
+            if why not in reasons:
+                reasons.append(why)
         if depth < 8:  # judges and criteria sit one or two levels down
-            for child in result.get("children") or ():
-                if isinstance(child, Mapping):
-                    walk(child, depth + 1)
+            for child in result.children:
+                walk(child, depth + 1)
 
-    walk(result_of(record), 0)
+    walk(record.result, 0)
     return flagged, reasons
 
 
-def injection_line(record: Mapping[str, Any]) -> str | None:
+def injection_line(record: ReportRecord) -> str | None:
     """``injection suspected: ...`` for a flagged record, else ``None``."""
     flagged, reasons = injection_of(record)
     if not flagged:
@@ -259,27 +237,24 @@ def injection_line(record: Mapping[str, Any]) -> str | None:
     )
 
 
-def criteria_lines(result: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def criteria_lines(result: ResultRecord) -> list[tuple[str, str, str]]:
     """(mark, criterion, reasoning) for each criterion, judges' children included."""
     out: list[tuple[str, str, str]] = []
-    for item in result.get("criteria") or ():
-        if not isinstance(item, Mapping):
-            continue
-        met = item.get("met")
+    for item in result.criteria:
+        met = item.met
         mark = "MET" if met is True else "MISSED" if met is False else "NOT ASSESSED"
-        out.append((mark, as_text(item.get("criterion")), as_text(item.get("reasoning"))))
-    for child in result.get("children") or ():
-        if isinstance(child, Mapping):
-            judge = as_text(child.get("key") or child.get("name") or "judge")
-            for mark, text, why in criteria_lines(child):
-                out.append((mark, f"[{judge}] {text}", why))
+        out.append((mark, item.criterion, as_text(item.reasoning)))
+    for child in result.children:
+        judge = child.key or child.name or "judge"
+        for mark, text, why in criteria_lines(child):
+            out.append((mark, f"[{judge}] {text}", why))
     return out
 
 
 # --------------------------------------------------------------------------- XML
 
 
-def _criteria_block(result: Mapping[str, Any]) -> list[str]:
+def _criteria_block(result: ResultRecord) -> list[str]:
     lines = criteria_lines(result)
     if not lines:
         return []
@@ -293,42 +268,42 @@ def _criteria_block(result: Mapping[str, Any]) -> list[str]:
     return block
 
 
-def _header(record: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
-    result, article = result_of(record), article_of(record)
+def _header(record: ReportRecord, run: RunHeader) -> list[str]:
+    result, article = record.result, article_of(record)
     file, line = location_of(record)
     control = control_of(record)
-    desc = " ".join(str(x) for x in (article.get("article"), article.get("title")) if x)
+    desc = " ".join(x for x in (article.article, article.title) if x)
     lines = [f"scenario: {scenario_of(record)}"]
-    if record.get("nodeid"):
-        lines.append(f"node: {as_text(record.get('nodeid'))}")
+    if record.nodeid:
+        lines.append(f"node: {record.nodeid}")
     if file:
         lines.append(f"location: {file}{'' if line is None else f':{line}'}")
     lines += [
         f"control: {control}" + (f" ({desc})" if desc else ""),
         f"pillar: {pillar_of(record)}",
         f"verdict: {verdict_of(record)}",
-        f"score: {score_text(result.get('score'))}",
+        f"score: {score_text(result.score)}",
     ]
-    severity = result.get("severity") or article.get("severity")
+    severity = result.severity or article.severity
     if severity:
         lines.append(f"severity: {severity}")
-    subject = record.get("subject") or run.get("subject")
+    subject = record.subject or run.subject
     if subject:
-        lines.append(f"subject: {as_text(subject)}")
-    judge = meta_of(record).get("judge")
+        lines.append(f"subject: {subject}")
+    judge = meta_of(record).judge
     if judge:
-        lines.append(f"judge: {as_text(judge)}")
+        lines.append(f"judge: {judge}")
     injection = injection_line(record)
     if injection:
         lines.append(injection)
     return lines
 
 
-def _status_line(record: Mapping[str, Any]) -> str:
-    result = result_of(record)
+def _status_line(record: ReportRecord) -> str:
+    result = record.result
     verdict = verdict_of(record)
     scenario = scenario_of(record)
-    score = score_text(result.get("score"))
+    score = score_text(result.score)
     missed = [c for c in criteria_lines(result) if c[0] == "MISSED"]
     inj_note = "; INJECTION SUSPECTED" if injection_of(record)[0] else ""
     missed_note = (f"; {len(missed)} criteria missed" if missed else "") + inj_note
@@ -337,16 +312,16 @@ def _status_line(record: Mapping[str, Any]) -> str:
     if verdict == "pass":
         return f"PASS: {scenario} (score {score}{inj_note})"
     if verdict == "fail":
-        severity = result.get("severity") or article_of(record).get("severity") or "n/a"
+        severity = result.severity or article_of(record).severity or "n/a"
         return f"FAIL: {scenario} (score {score}, severity {severity}{missed_note})"
     if verdict == "skipped":
-        why = result.get("reasoning") or result.get("error") or "nothing to grade"
-        return f"SKIPPED: {scenario}: {as_text(why)}"
-    why = result.get("error") or result.get("reasoning") or "no verdict"
-    return f"ERROR: {scenario} was not evaluated: {as_text(why)}"
+        why = result.reasoning or result.error or "nothing to grade"
+        return f"SKIPPED: {scenario}: {why}"
+    why = result.error or result.reasoning or "no verdict"
+    return f"ERROR: {scenario} was not evaluated: {why}"
 
 
-def _section(text: _Text, title: str, body: Any) -> str:
+def _section(text: _Text, title: str, body: str | None) -> str:
     return f"--- {title} ---\n{'(none)' if body is None else text(body)}"
 
 
@@ -354,11 +329,11 @@ def _testcase(
     text: _Text,
     suite: ET.Element,
     props: ET.Element,
-    record: Mapping[str, Any],
-    run: Mapping[str, Any],
+    record: ReportRecord,
+    run: RunHeader,
     family: str,
 ) -> None:
-    result = result_of(record)
+    result = record.result
     verdict = verdict_of(record)
     name = text.line(case_name(record))
     classname = text.line(f"{family}.{pillar_of(record)}.{control_of(record)}")
@@ -369,14 +344,14 @@ def _testcase(
     )
     status = _status_line(record)
     header = _header(record, run)
-    reasoning = result.get("reasoning")
+    reasoning = result.reasoning
 
     if verdict in ("fail", "error"):
         body = [status, *header, *_criteria_block(result)]
-        if result.get("error"):
-            body.append(f"error: {as_text(result.get('error'))}")
+        if result.error:
+            body.append(f"error: {result.error}")
         if reasoning:
-            body.append(f"reasoning: {as_text(reasoning)}")
+            body.append(f"reasoning: {reasoning}")
         kind = "agenteval.fail" if verdict == "fail" else "agenteval.error"
         failure = ET.SubElement(case, "failure", {"message": text.line(status), "type": kind})
         failure.text = text("\n".join(body))
@@ -387,37 +362,35 @@ def _testcase(
     if verdict in ("pass", "warn"):
         out.extend(_criteria_block(result))
         if reasoning:
-            out.append(f"reasoning: {as_text(reasoning)}")
-    timings = record.get("timings")
-    if isinstance(timings, Mapping):
+            out.append(f"reasoning: {reasoning}")
+    timings = record.timings
+    if timings is not None:
         out.append(
-            f"time: subject {_seconds(timings.get('subject_s')):.3f} s, "
-            f"judge {_seconds(timings.get('judge_s')):.3f} s"
+            f"time: subject {_seconds(timings.subject_s):.3f} s, "
+            f"judge {_seconds(timings.judge_s):.3f} s"
         )
     # Each part is cut on its own, so a huge answer cannot push out the verdict.
     system_out = ET.SubElement(case, "system-out")
     system_out.text = "\n".join(
         [
             text("\n".join(out)),
-            _section(text, "prompt", record.get("prompt")),
-            _section(text, "answer", record.get("answer")),
+            _section(text, "prompt", record.prompt),
+            _section(text, "answer", record.answer),
         ]
     )
     if verdict == "error":
-        ET.SubElement(case, "system-err").text = text(
-            f"ERROR: {as_text(result.get('error') or 'no verdict')}"
-        )
+        ET.SubElement(case, "system-err").text = text(f"ERROR: {result.error or 'no verdict'}")
 
-    def prop(key: str, value: Any) -> None:
+    def prop(key: str, value: object) -> None:
         ET.SubElement(props, "property", {"name": f"{name}.{key}", "value": text.line(value)})
 
     prop("verdict", verdict)
-    prop("score", score_text(result.get("score")))
+    prop("score", score_text(result.score))
     flagged, _ = injection_of(record)
     if flagged is not None:
         prop("injection_suspected", "true" if flagged else "false")
-    if verdict == "fail" and result.get("severity"):
-        prop("severity", result.get("severity"))
+    if verdict == "fail" and result.severity:
+        prop("severity", result.severity)
     file, line = location_of(record)
     if file:
         prop("file", file)
@@ -425,29 +398,28 @@ def _testcase(
         prop("line", line)
 
 
-def _run_properties(text: _Text, props: ET.Element, run: Mapping[str, Any]) -> None:
-    def prop(key: str, value: Any) -> None:
+def _run_properties(text: _Text, props: ET.Element, run: RunHeader) -> None:
+    def prop(key: str, value: object) -> None:
         if value is None:
             return
         if isinstance(value, bool):
             value = "true" if value else "false"
         ET.SubElement(props, "property", {"name": f"agenteval.{key}", "value": text.line(value)})
 
-    prop("run_id", run.get("run_id"))
-    prop("family", run.get("family"))
-    prop("preset", run.get("preset"))
-    prop("started_at", run.get("started_at"))
-    prop("ended_at", run.get("ended_at"))
-    prop("verdict", run.get("verdict"))
-    score = run.get("score")
-    prop("score", None if score is None else score_text(score))
-    prop("gate_passed", run.get("gate_passed"))
-    prop("tool_version", run.get("tool_version"))
+    prop("run_id", run.run_id)
+    prop("family", run.family)
+    prop("preset", run.preset)
+    prop("started_at", run.started_at)
+    prop("ended_at", run.ended_at)
+    prop("verdict", run.verdict)
+    prop("score", None if run.score is None else score_text(run.score))
+    prop("gate_passed", run.gate_passed)
+    prop("tool_version", run.tool_version)
 
 
 def junit_xml(
-    records: Sequence[Mapping[str, Any]],
-    run: Mapping[str, Any],
+    records: Sequence[ReportRecord],
+    run: RunHeader,
     *,
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
     redact: Redact | None = None,
@@ -459,7 +431,7 @@ def junit_xml(
     long text (prompt, answer, failure details); *redact* scrubs every text.
     """
     text = _Text(max_text_chars, redact)
-    by_family: dict[str, list[Mapping[str, Any]]] = {}
+    by_family: dict[str, list[ReportRecord]] = {}
     for record in records:
         by_family.setdefault(family_of(record, run), []).append(record)
 
@@ -479,8 +451,8 @@ def junit_xml(
             "skipped": str(counts["skipped"]),
             "time": _time_attr(seconds),
         }
-        if run.get("started_at"):
-            attrs["timestamp"] = text.line(run.get("started_at"))
+        if run.started_at:
+            attrs["timestamp"] = text.line(run.started_at)
         suite = ET.SubElement(root, "testsuite", attrs)
         props = ET.SubElement(suite, "properties")
         _run_properties(text, props, run)

@@ -21,9 +21,12 @@ Everything shown is redacted and HTML-escaped.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+from .._model import ResultRecord
+from .._vocab import format_score
 
 if TYPE_CHECKING:
     from .._session import AgentevalState
@@ -31,12 +34,8 @@ if TYPE_CHECKING:
 _VERDICT_CLASS = {"pass": "passed", "warn": "xpassed", "fail": "failed", "error": "error"}
 
 
-def _score(value: Any) -> str:
-    from .._evals import format_score
-
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format_score(float(value))
-    return "–"
+def _score(value: float | None) -> str:
+    return "–" if value is None else format_score(float(value))
 
 
 class HtmlExtras:
@@ -45,15 +44,16 @@ class HtmlExtras:
     def __init__(self, state: AgentevalState) -> None:
         self.state = state
 
-    def _clean(self, value: Any) -> str:
+    def _clean(self, value: object) -> str:
         return html.escape(self.state.redactor.text(str(value)))
 
     @staticmethod
-    def _payload(report: Any) -> dict[str, Any] | None:
+    def _result(report: pytest.TestReport) -> ResultRecord | None:
+        """The grade an agenteval item's report carries (its record's ``result``), if any."""
         payload = getattr(report, "agenteval", None)
         if not isinstance(payload, dict) or payload.get("kind") == "calibration":
             return None
-        return payload
+        return ResultRecord.from_json(payload["result"])
 
     # ---------------------------------------------------------------- table
 
@@ -61,14 +61,13 @@ class HtmlExtras:
         cells.insert(2, '<th class="agenteval-verdict">Verdict</th>')
         cells.insert(3, '<th class="agenteval-score">Score</th>')
 
-    def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
-        payload = self._payload(report)
-        result = (payload or {}).get("result") or {}
-        verdict = str(result.get("verdict") or "")
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        result = self._result(report)
+        verdict = result.verdict if result is not None else ""
         shown = verdict.upper() if verdict else ""
         css = _VERDICT_CLASS.get(verdict, "")
         cells.insert(2, f'<td class="agenteval-verdict {css}">{html.escape(shown)}</td>')
-        score = _score(result.get("score")) if payload else ""
+        score = _score(result.score) if result is not None else ""
         cells.insert(3, f'<td class="agenteval-score">{html.escape(score)}</td>')
 
     # ---------------------------------------------------------------- extras
@@ -76,26 +75,27 @@ class HtmlExtras:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Before pytest-html reads the report (it runs last), attach the grade as an extra."""
-        payload = self._payload(report)
-        if payload is None or report.when not in ("setup", "call"):
+        if report.when not in ("setup", "call"):
+            return
+        result = self._result(report)
+        if result is None:
             return
         try:  # pytest-html is optional: registered only when its plugin is active
             from pytest_html import extras
         except ImportError:
             return
-        report.extras = [*getattr(report, "extras", []), extras.html(self._detail(payload))]  # type: ignore[attr-defined]
+        report.extras = [*getattr(report, "extras", []), extras.html(self._detail(result))]  # type: ignore[attr-defined]
 
-    def _detail(self, payload: dict[str, Any]) -> str:
-        result = payload.get("result") or {}
-        meta = result.get("meta") or {}
-        verdict = str(result.get("verdict") or "?")
+    def _detail(self, result: ResultRecord) -> str:
+        meta = result.meta
+        verdict = result.verdict
         parts = [
             '<div class="agenteval-extra">',
             f"<p><strong>agenteval verdict {self._clean(verdict.upper())}</strong>, "
-            f"score {self._clean(_score(result.get('score')))}"
-            + (f", severity {self._clean(result['severity'])}" if result.get("severity") else "")
-            + (f", judge {self._clean(meta['judge'])}" if meta.get("judge") else "")
-            + f" · {self._clean(meta.get('pillar', ''))} ▸ {self._clean(meta.get('control_id', ''))}"
+            f"score {self._clean(_score(result.score))}"
+            + (f", severity {self._clean(result.severity)}" if result.severity else "")
+            + (f", judge {self._clean(meta.judge)}" if meta.judge else "")
+            + f" · {self._clean(meta.pillar or '')} ▸ {self._clean(meta.control_id or '')}"
             + "</p>",
         ]
         if verdict == "warn":
@@ -103,33 +103,32 @@ class HtmlExtras:
                 "<p>WARN: the score is in the warn band — not a failure, so pytest counts the "
                 "item as passed; it still lowers the article's and pillar's scores.</p>"
             )
-        if result.get("error"):
-            parts.append(f"<p>Error (not graded): {self._clean(result['error'])}</p>")
-        if meta.get("injection_suspected"):
-            reasons = meta.get("injection_reasons") or []
+        if result.error:
+            parts.append(f"<p>Error (not graded): {self._clean(result.error)}</p>")
+        if meta.injection_suspected:
+            reasons = meta.injection_reasons or []
             parts.append(
                 "<p>Injection suspected: the answer tries to steer its judge"
-                + (f" ({self._clean('; '.join(map(str, reasons)))})" if reasons else "")
+                + (f" ({self._clean('; '.join(reasons))})" if reasons else "")
                 + ".</p>"
             )
-        criteria = result.get("criteria") or []
-        if criteria:
+        if result.criteria:
             parts.append("<ul>")
-            for c in criteria:
-                met = c.get("met")
+            for c in result.criteria:
+                met = c.met
                 mark = "met" if met is True else "missed" if met is False else "not assessed"
-                why = f": {self._clean(c['reasoning'])}" if c.get("reasoning") else ""
-                parts.append(f"<li>{mark} — {self._clean(c.get('criterion', ''))}{why}</li>")
+                why = f": {self._clean(c.reasoning)}" if c.reasoning else ""
+                parts.append(f"<li>{mark} — {self._clean(c.criterion)}{why}</li>")
             parts.append("</ul>")
-        if result.get("reasoning"):
-            parts.append(f"<p>Judge's reasoning: {self._clean(result['reasoning'])}</p>")
+        if result.reasoning:
+            parts.append(f"<p>Judge's reasoning: {self._clean(result.reasoning)}</p>")
         parts.append("</div>")
         return "".join(parts)
 
     # ---------------------------------------------------------------- summary
 
     def pytest_html_results_summary(
-        self, prefix: list[str], summary: list[str], postfix: list[str], session: Any
+        self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
     ) -> None:
         """The gate of each family, above the table (decided before pytest-html writes)."""
         from .._compare import comparison_text

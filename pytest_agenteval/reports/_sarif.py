@@ -84,7 +84,6 @@ import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Any
 from urllib.parse import quote
 
 import attr
@@ -108,8 +107,9 @@ from sarif_om import (
     ToolComponent,
 )
 
+from .._model import ReportRecord, RunHeader, SourceLocation
 from .._text import as_text, truncate, visible_escape
-from .._vocab import VERDICTS, most_severe_first
+from .._vocab import VERDICTS, JSONObject, JSONValue, most_severe_first
 from ._junit import (
     article_of,
     case_name,
@@ -119,7 +119,6 @@ from ._junit import (
     injection_of,
     location_of,
     pillar_of,
-    result_of,
     scenario_of,
     score_text,
     verdict_of,
@@ -176,7 +175,7 @@ Redact = Callable[[str], str]
 _ALWAYS_WRITTEN = {(Result, "level"), (ReportingConfiguration, "level")}
 
 
-_Field = tuple[str, str, Any, bool]  # attribute, SARIF name, default, always written
+_Field = tuple[str, str, object, bool]  # attribute, SARIF name, default, always written
 _FIELDS: dict[type, list[_Field]] = {}
 
 
@@ -194,21 +193,21 @@ def _fields(cls: type) -> list[_Field]:
     return fields
 
 
-def to_json(obj: Any) -> Any:
+def to_json(obj: object) -> JSONValue:
     """A sarif-om object tree (or plain data holding some) as plain JSON data.
 
     SARIF names from the attrs metadata; ``None`` and default values dropped;
     every string made valid UTF-8 with :func:`visible_escape`; non-finite
     floats become ``null`` (JSON has no NaN).
     """
-    cls = type(obj)
-    if cls is str:
+    if isinstance(obj, str):
         return visible_escape(obj)
+    cls = type(obj)
     fields = _FIELDS.get(cls)
     if fields is None and attr.has(cls):
         fields = _fields(cls)
     if fields is not None:
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for name, schema_name, default, always in fields:
             value = getattr(obj, name)
             if value is None:
@@ -217,21 +216,21 @@ def to_json(obj: Any) -> Any:
                 continue
             out[schema_name] = to_json(value)
         return out
-    if cls is dict or isinstance(obj, Mapping):
+    if isinstance(obj, Mapping):
         return {visible_escape(str(k)): to_json(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, str):
-        return visible_escape(obj)
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
-    return obj
+    if obj is None or isinstance(obj, (bool, int, float)):
+        return obj
+    return visible_escape(str(obj))
 
 
 # --------------------------------------------------------------------------- pieces
 
 
-def level_for(severity: Any, verdict: str) -> str:
+def level_for(severity: str | None, verdict: str) -> str:
     """SARIF level: critical/high error, medium warning, low note; a warn is at most warning."""
     level = _LEVELS.get(str(severity or "").lower(), "warning")
     if verdict == "warn" and level == "error":
@@ -239,7 +238,7 @@ def level_for(severity: Any, verdict: str) -> str:
     return level
 
 
-def fingerprint(record: Mapping[str, Any], run: Mapping[str, Any], *, rule: str = "") -> str:
+def fingerprint(record: ReportRecord, run: RunHeader, *, rule: str = "") -> str:
     """Stable identity of a finding: family, scenario (with any param suffix), control
     (and *rule* for a finding under a rule other than the control's own)."""
     parts = [family_of(record, run), case_name(record), control_of(record)]
@@ -250,7 +249,7 @@ def fingerprint(record: Mapping[str, Any], run: Mapping[str, Any], *, rule: str 
     return hashlib.sha256(data).hexdigest()
 
 
-def _field(value: Any) -> str:
+def _field(value: object) -> str:
     text = as_text(value)
     return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 3] + "..."
 
@@ -259,24 +258,23 @@ def _pascal(text: str) -> str:
     return "".join(w[:1].upper() + w[1:] for w in re.findall(r"[A-Za-z0-9]+", text))[:128]
 
 
-def _severity(record: Mapping[str, Any]) -> str | None:
-    severity = result_of(record).get("severity") or article_of(record).get("severity")
-    return str(severity).lower() if severity else None
+def _severity(record: ReportRecord) -> str | None:
+    severity = record.result.severity or article_of(record).severity
+    return severity.lower() if severity else None
 
 
-def _score(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+def _score(value: float | None) -> float | None:
+    if value is not None and math.isfinite(value):
         return round(float(value), 6)
     return None
 
 
-def _bundled(record: Mapping[str, Any], run: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+def _bundled(record: ReportRecord, run: RunHeader | None) -> SourceLocation | None:
     """The repository file a bundled family's finding is shown on (None: not bundled, or none)."""
-    where = (run or {}).get("bundled_location")
-    return where if record.get("bundled") and isinstance(where, Mapping) else None
+    return run.bundled_location if record.bundled and run is not None else None
 
 
-def _location(record: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> Location | None:
+def _location(record: ReportRecord, run: RunHeader | None = None) -> Location | None:
     """The scenario's file and line; for a bundled family (its file is in the installed package,
     not the repository), the pytest configuration that runs it, with a message naming the file."""
     file, line = location_of(record)
@@ -291,8 +289,8 @@ def _location(record: Mapping[str, Any], run: Mapping[str, Any] | None = None) -
             + " (inside the pytest-agenteval package, not this repository); shown on the "
             "pytest configuration that runs the benchmark"
         )
-        file, line = str(fallback["file"]), fallback.get("line")
-        line = line if isinstance(line, int) and line >= 1 else None
+        file, line = fallback.file, fallback.line
+        line = line if line is not None and line >= 1 else None
     file = visible_escape(file)
     if file.startswith("/") and not file.startswith("//"):
         artifact = ArtifactLocation(uri=PurePosixPath(file).as_uri())
@@ -308,9 +306,9 @@ def _location(record: Mapping[str, Any], run: Mapping[str, Any] | None = None) -
 
 
 def _rules(
-    records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
+    records: Sequence[ReportRecord], run: RunHeader
 ) -> tuple[list[ReportingDescriptor], dict[str, int]]:
-    seen: dict[str, Mapping[str, Any]] = {}
+    seen: dict[str, ReportRecord] = {}
     critical: set[str] = set()
     for record in records:
         seen.setdefault(control_of(record), record)
@@ -320,14 +318,14 @@ def _rules(
     for control in sorted(seen):
         record = seen[control]
         article = article_of(record)
-        title = _field(article.get("title")) or control
-        where = _field(article.get("article"))
-        severity = str(article.get("severity") or "").lower() or None
+        title = _field(article.title) or control
+        where = _field(article.article)
+        severity = (article.severity or "").lower() or None
         pillar = pillar_of(record)
         family = family_of(record, run)
         full = f"{where}: {title}" if where else title
-        tags = list(dict.fromkeys(["agenteval", _field(family), _field(pillar)]))
-        properties: dict[str, Any] = {
+        tags: list[JSONValue] = list(dict.fromkeys(["agenteval", _field(family), _field(pillar)]))
+        properties: JSONObject = {
             "pillar": pillar,
             "severity": severity,
             "family": family,
@@ -353,13 +351,13 @@ def _rules(
     return rules, {r.id: i for i, r in enumerate(rules)}
 
 
-def _declared_critical(record: Mapping[str, Any]) -> bool:
+def _declared_critical(record: ReportRecord) -> bool:
     """Is the scenario's declared severity (its own, else its article's) critical?"""
-    declared = record.get("declared_severity") or article_of(record).get("severity")
-    return str(declared or "").lower() == "critical"
+    declared = record.declared_severity or article_of(record).severity
+    return (declared or "").lower() == "critical"
 
 
-def _fingerprints(record: Mapping[str, Any], run: Mapping[str, Any], rule: str) -> dict[str, str]:
+def _fingerprints(record: ReportRecord, run: RunHeader, rule: str) -> dict[str, str]:
     """Our stable fingerprint; for a finding placed on the pytest configuration (a bundled
     family), also ``primaryLocationLineHash``: the upload action would otherwise hash that one
     line for every such finding, and code scanning, which matches alerts on that hash, would
@@ -371,9 +369,9 @@ def _fingerprints(record: Mapping[str, Any], run: Mapping[str, Any], rule: str) 
     return out
 
 
-def _placement(record: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+def _placement(record: ReportRecord, run: RunHeader) -> JSONObject:
     """Result properties: where a bundled scenario really is, and security-severity."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     if _bundled(record, run) is not None:
         file, line = location_of(record)
         out["bundledFile"] = _field(file)
@@ -404,36 +402,36 @@ def _injection_rule() -> ReportingDescriptor:
     )
 
 
-def _flagged(record: Mapping[str, Any]) -> bool:
+def _flagged(record: ReportRecord) -> bool:
     return injection_of(record)[0] is True
 
 
-def _injection_properties(record: Mapping[str, Any]) -> dict[str, Any]:
+def _injection_properties(record: ReportRecord) -> JSONObject:
     flagged, reasons = injection_of(record)
     if flagged is None:
         return {}
-    out: dict[str, Any] = {"injectionSuspected": flagged}
+    out: JSONObject = {"injectionSuspected": flagged}
     if flagged:
         out["injectionReasons"] = [_field(r) for r in reasons[:20]]
     return out
 
 
-def _redacted(value: Any, redact: Redact | None) -> str:
+def _redacted(value: object, redact: Redact | None) -> str:
     text = as_text(value)
     return redact(text) if redact is not None and text else text
 
 
-def _finding_text(record: Mapping[str, Any], redact: Redact | None) -> str:
+def _finding_text(record: ReportRecord, redact: Redact | None) -> str:
     """The full (uncut) message of a finding, most important facts first."""
-    result, article = result_of(record), article_of(record)
+    result, article = record.result, article_of(record)
     verdict = verdict_of(record)
     severity = _severity(record) or "n/a"
     head = (
-        f"{scenario_of(record)}: {verdict.upper()} (score {score_text(result.get('score'))}, "
+        f"{scenario_of(record)}: {verdict.upper()} (score {score_text(result.score)}, "
         f"severity {severity}) on {control_of(record)}"
     )
-    if article.get("title"):
-        head += f" ({_field(article.get('title'))})"
+    if article.title:
+        head += f" ({_field(article.title)})"
     parts = [head + "."]
     lines = criteria_lines(result)
     missed = [(c, why) for mark, c, why in lines if mark == "MISSED"]
@@ -451,15 +449,15 @@ def _finding_text(record: Mapping[str, Any], redact: Redact | None) -> str:
             + (f" ({'; '.join(reasons)})" if reasons else "")
             + ".",
         )
-    if result.get("reasoning"):
-        parts.append(f"Judge: {as_text(result.get('reasoning'))}")
+    if result.reasoning:
+        parts.append(f"Judge: {result.reasoning}")
     return visible_escape(_redacted(" ".join(parts), redact))
 
 
-def _injection_text(record: Mapping[str, Any], redact: Redact | None) -> str:
+def _injection_text(record: ReportRecord, redact: Redact | None) -> str:
     """The message of a passing scenario whose answer tried to steer the judge."""
     _, reasons = injection_of(record)
-    score = score_text(result_of(record).get("score"))
+    score = score_text(record.result.score)
     text = (
         f"{scenario_of(record)}: PASS (score {score}) on {control_of(record)}, but the answer "
         "tries to steer the judge (injection suspected)"
@@ -469,10 +467,10 @@ def _injection_text(record: Mapping[str, Any], redact: Redact | None) -> str:
     return visible_escape(_redacted(text, redact))
 
 
-def _error_text(record: Mapping[str, Any], redact: Redact | None) -> str:
-    result = result_of(record)
-    why = result.get("error") or result.get("reasoning") or "no verdict"
-    text = f"{scenario_of(record)}: ERROR, not evaluated ({control_of(record)}): {as_text(why)}"
+def _error_text(record: ReportRecord, redact: Redact | None) -> str:
+    result = record.result
+    why = result.error or result.reasoning or "no verdict"
+    text = f"{scenario_of(record)}: ERROR, not evaluated ({control_of(record)}): {why}"
     return visible_escape(_redacted(text, redact))
 
 
@@ -480,14 +478,14 @@ def _marker(cut: int, total: int) -> str:
     return f" [... {cut} characters cut; full text in the run evidence]"
 
 
-def _level(record: Mapping[str, Any]) -> str:
+def _level(record: ReportRecord) -> str:
     verdict = verdict_of(record)
     if verdict == "pass":  # a finding only when flagged: an injection warning
         return "warning"
     return level_for(_severity(record), verdict)
 
 
-def _sort_key(item: tuple[int, Mapping[str, Any]]) -> tuple[int, int, int, int]:
+def _sort_key(item: tuple[int, ReportRecord]) -> tuple[int, int, int, int]:
     index, record = item
     verdict = verdict_of(record)
     severity = _severity(record)
@@ -499,13 +497,33 @@ def _sort_key(item: tuple[int, Mapping[str, Any]]) -> tuple[int, int, int, int]:
     )
 
 
-def _encode(log: Mapping[str, Any]) -> bytes:
+def _object(value: object) -> JSONObject:
+    """*value* as a JSON object: a sarif-om object converted, or a part of the log built here."""
+    data = value if isinstance(value, dict) else to_json(value)
+    if not isinstance(data, dict):
+        raise TypeError(f"not a SARIF object: {type(value).__name__}")
+    return data
+
+
+def _objects(value: JSONValue) -> list[JSONObject]:
+    """The objects of a JSON array of the log (the same dicts, so edits land in the log)."""
+    if not isinstance(value, list):
+        raise TypeError(f"not a SARIF array: {type(value).__name__}")
+    return [_object(v) for v in value]
+
+
+def _first(value: JSONValue) -> JSONObject:
+    """The first object of a JSON array of the log (``runs``, ``invocations``)."""
+    return _objects(value)[0]
+
+
+def _encode(log: Mapping[str, JSONValue]) -> bytes:
     return json.dumps(log, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
         "utf-8"
     )
 
 
-def _too_big(log: Mapping[str, Any], max_gzip_bytes: int) -> bool:
+def _too_big(log: Mapping[str, JSONValue], max_gzip_bytes: int) -> bool:
     data = _encode(log)
     return len(data) > max_gzip_bytes and len(zlib.compress(data, 1)) > max_gzip_bytes
 
@@ -514,18 +532,18 @@ def _too_big(log: Mapping[str, Any], max_gzip_bytes: int) -> bool:
 
 
 def sarif_log(
-    records: Sequence[Mapping[str, Any]],
-    run: Mapping[str, Any],
+    records: Sequence[ReportRecord],
+    run: RunHeader,
     *,
     max_results: int = GITHUB_MAX_RESULTS,
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
     max_gzip_bytes: int = DEFAULT_MAX_GZIP_BYTES,
     max_notifications: int = DEFAULT_MAX_NOTIFICATIONS,
     redact: Redact | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The run as one SARIF 2.1.0 log (a plain JSON-ready dict). See the module docs."""
     rules, rule_index = _rules(records, run)
-    preset = run.get("preset")
+    preset = run.preset
 
     findings = sorted(
         (
@@ -543,10 +561,10 @@ def sarif_log(
     errors = [r for r in records if verdict_of(r) == "error"]
 
     # Converted one by one: 25,000 sarif-om trees never live at once.
-    result_dicts: list[dict[str, Any]] = []
+    result_dicts: list[JSONObject] = []
     full_texts: list[str] = []
     for _, record in findings:
-        result = result_of(record)
+        result = record.result
         verdict = verdict_of(record)
         control = control_of(record)
         location = _location(record, run)
@@ -556,7 +574,7 @@ def sarif_log(
             _injection_text(record, redact) if injection_pass else _finding_text(record, redact)
         )
         result_dicts.append(
-            to_json(
+            _object(
                 Result(
                     message=Message(text=""),
                     rule_id=rule,
@@ -571,16 +589,13 @@ def sarif_log(
                         "control": _field(control) if injection_pass else None,
                         "scenario": _field(scenario_of(record)),
                         "verdict": verdict,
-                        "score": _score(result.get("score")),
+                        "score": _score(result.score),
                         "severity": _severity(record),
                         "family": _field(family_of(record, run)),
                         "pillar": _field(pillar_of(record)),
-                        "preset": _field(record.get("preset") or preset) or None,
-                        "subject": _field(
-                            _redacted(record.get("subject") or run.get("subject"), redact)
-                        )
-                        or None,
-                        "nodeid": _field(record.get("nodeid")) or None,
+                        "preset": _field(record.preset or preset) or None,
+                        "subject": _field(_redacted(record.subject or run.subject, redact)) or None,
+                        "nodeid": _field(record.nodeid) or None,
                         **_injection_properties(record),
                         **_placement(record, run),
                     },
@@ -604,7 +619,7 @@ def sarif_log(
                     "scenario": _field(scenario_of(record)),
                     "verdict": "error",
                     "family": _field(family_of(record, run)),
-                    "nodeid": _field(record.get("nodeid")) or None,
+                    "nodeid": _field(record.nodeid) or None,
                     **_injection_properties(record),
                 },
             )
@@ -613,35 +628,33 @@ def sarif_log(
     counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
     for record in records:
         counts[verdict_of(record)] += 1
-    completed = bool(run.get("completed", True)) and not run.get("interrupted", False)
+    completed = run.completed and not run.interrupted
     invocation = Invocation(
         execution_successful=completed,
-        start_time_utc=_field(run.get("started_at")) or None,
-        end_time_utc=_field(run.get("ended_at")) or None,
+        start_time_utc=_field(run.started_at) or None,
+        end_time_utc=_field(run.ended_at) or None,
         tool_execution_notifications=notifications or None,
         properties={
-            "runId": run.get("run_id"),
-            "family": run.get("family"),
+            "runId": run.run_id,
+            "family": run.family,
             "preset": preset,
-            "gatePassed": run.get("gate_passed"),
-            "verdict": run.get("verdict"),
-            "score": _score(run.get("score")),
+            "gatePassed": run.gate_passed,
+            "verdict": run.verdict,
+            "score": _score(run.score),
             "completed": completed,
             "items": counts,
             "injectionSuspected": sum(1 for r in records if _flagged(r)),
         },
     )
-    version = _field(run.get("tool_version")) or None
+    version = _field(run.tool_version) or None
     driver = ToolComponent(
         name=TOOL_NAME,
         version=version,
-        information_uri=run.get("information_uri") or None,
+        information_uri=run.information_uri or None,
         rules=rules,
     )
-    automation_id = "/".join(
-        _field(x) for x in (TOOL_NAME, run.get("family"), preset, run.get("run_id")) if x
-    )
-    log: dict[str, Any] = to_json(
+    automation_id = "/".join(_field(x) for x in (TOOL_NAME, run.family, preset, run.run_id) if x)
+    log = _object(
         SarifLog(
             version=SARIF_VERSION,
             schema_uri=SARIF_SCHEMA,
@@ -656,11 +669,9 @@ def sarif_log(
         )
     )
     log = {"$schema": log.pop("$schema"), "version": log.pop("version"), **log}
-    sarif_run = log["runs"][0]
-    sarif_run["results"] = result_dicts
-    note_dicts: list[dict[str, Any]] = sarif_run["invocations"][0].get(
-        "toolExecutionNotifications", []
-    )
+    sarif_run = _first(log["runs"])
+    sarif_run["results"] = list[JSONValue](result_dicts)
+    note_dicts = _objects(_first(sarif_run["invocations"]).get("toolExecutionNotifications", []))
 
     per_message = max(MESSAGE_BUDGET_CHARS // max(len(result_dicts), 1), MIN_MESSAGE_CHARS)
     limit = max(min(max_message_chars, per_message), 1)
@@ -670,7 +681,7 @@ def sarif_log(
             *zip(result_dicts, full_texts, strict=False),
             *zip(note_dicts, error_texts, strict=True),
         ):
-            entry["message"]["text"], cut = truncate(text, limit, _marker)
+            _object(entry["message"])["text"], cut = truncate(text, limit, _marker)
             truncated += cut > 0
         dropped = total_findings - len(result_dicts)
         _set_cut_note(log, dropped, total_findings, truncated, limit, len(errors) - len(note_dicts))
@@ -680,20 +691,21 @@ def sarif_log(
             limit = max(limit // 2, MIN_MESSAGE_CHARS)
         elif result_dicts:  # messages at their floor: drop the least severe half
             del result_dicts[len(result_dicts) // 2 :]
+            sarif_run["results"] = list[JSONValue](result_dicts)
         else:
             break
     return log
 
 
 def _set_cut_note(
-    log: dict[str, Any], dropped: int, total: int, truncated: int, limit: int, omitted: int
+    log: JSONObject, dropped: int, total: int, truncated: int, limit: int, omitted: int
 ) -> None:
-    sarif_run = log["runs"][0]
-    invocation = sarif_run["invocations"][0]
-    notes = [
+    sarif_run = _first(log["runs"])
+    invocation = _first(sarif_run["invocations"])
+    notes: list[JSONValue] = [
         n
-        for n in invocation.get("toolExecutionNotifications", [])
-        if not n.get("properties", {}).get("agentevalCutNote")
+        for n in _objects(invocation.get("toolExecutionNotifications", []))
+        if not _object(n.get("properties", {})).get("agentevalCutNote")
     ]
     sarif_run.pop("properties", None)
     if dropped or truncated or omitted:
@@ -731,7 +743,23 @@ def _set_cut_note(
 
 
 def sarif_json(
-    records: Sequence[Mapping[str, Any]], run: Mapping[str, Any], **options: Any
+    records: Sequence[ReportRecord],
+    run: RunHeader,
+    *,
+    max_results: int = GITHUB_MAX_RESULTS,
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+    max_gzip_bytes: int = DEFAULT_MAX_GZIP_BYTES,
+    max_notifications: int = DEFAULT_MAX_NOTIFICATIONS,
+    redact: Redact | None = None,
 ) -> bytes:
     """:func:`sarif_log` as UTF-8 JSON bytes (compact, non-ASCII kept, newline-terminated)."""
-    return _encode(sarif_log(records, run, **options)) + b"\n"
+    log = sarif_log(
+        records,
+        run,
+        max_results=max_results,
+        max_message_chars=max_message_chars,
+        max_gzip_bytes=max_gzip_bytes,
+        max_notifications=max_notifications,
+        redact=redact,
+    )
+    return _encode(log) + b"\n"

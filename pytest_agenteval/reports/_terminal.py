@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .._collect import STATE
 from .._evals import EvalResult, injection_suspected
+from .._model import CalibrationReport
+from .._stash import STATE
 from .._text import clip, named, terminal_safe
 from .._vocab import format_score
 
 if TYPE_CHECKING:
     from .._collect import ScenarioItem
-    from .._session import AgentevalState
+    from .._family import Plan
+    from .._session import AgentevalState, FamilyOutcome
+    from .._stats import ReliabilityDoc
+
+
+class Terminal(Protocol):
+    """What the summary writes to: pytest's terminal reporter, made safe (``SafeTerminal``)."""
+
+    def write(self, text: str, **markup: bool) -> None: ...
+
+    def write_line(self, text: str, **markup: bool) -> None: ...
+
+    def write_sep(self, sep: str, title: str | None = None, **markup: bool) -> None: ...
+
 
 _MARKUP = {
     "pass": {"green": True},
@@ -59,7 +75,7 @@ def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
     return rows
 
 
-def write_summary(tr: Any, state: AgentevalState) -> None:
+def write_summary(tr: Terminal, state: AgentevalState) -> None:
     for outcome in state.outcomes:
         plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
         cond = f" · condition {outcome.bucket.condition}" if outcome.bucket.condition else ""
@@ -118,21 +134,21 @@ def write_summary(tr: Any, state: AgentevalState) -> None:
     state.pr.write_annotations(tr)  # ::error lines for GitHub Actions (GITHUB_ACTIONS=true)
 
 
-def _spread(node: EvalResult) -> dict[str, Any] | None:
+def _spread(node: EvalResult) -> ReliabilityDoc | None:
     """The reliability figure of a node's repeated samples (see :mod:`._stats`); None without."""
     from .._stats import reliability
 
     return reliability({"id": leaf.key, **leaf.meta} for leaf in _leaves(node))
 
 
-def _plus_minus(figure: dict[str, Any] | None) -> str:
+def _plus_minus(figure: ReliabilityDoc | None) -> str:
     """`` ±0.08``: the mean sample standard deviation of the scenarios under a node."""
-    if figure is None or figure.get("mean_std") is None:
+    if figure is None or figure["mean_std"] is None:
         return ""
     return f" ±{figure['mean_std']:.2f}"
 
 
-def _write_samples_line(tr: Any, plan: Any, figure: dict[str, Any] | None) -> None:
+def _write_samples_line(tr: Terminal, plan: Plan, figure: ReliabilityDoc | None) -> None:
     """What the ± means, and which scenarios' samples disagreed on the verdict."""
     if figure is None:
         return
@@ -156,7 +172,7 @@ def _write_samples_line(tr: Any, plan: Any, figure: dict[str, Any] | None) -> No
         )
 
 
-def _write_pr_check(tr: Any, pr: dict[str, Any]) -> None:
+def _write_pr_check(tr: Terminal, pr: dict[str, Any]) -> None:
     """The suites and the comparison with the baseline (worst first), when the run has them."""
     from .._compare import comparison_text
 
@@ -181,11 +197,11 @@ def _write_pr_check(tr: Any, pr: dict[str, Any]) -> None:
         tr.write_line(f"baseline: {pr['baseline_note']}", yellow=True)
 
 
-def write_condition_comparison(tr: Any, state: AgentevalState) -> None:
+def write_condition_comparison(tr: Terminal, state: AgentevalState) -> None:
     """Per family with several conditions: one line of their scores, then a table per
     pillar (and overall) of each condition's score, mean and interval, and its paired
     difference to the first condition (see :func:`._conditions.compare_conditions`)."""
-    by_family: dict[str, list[Any]] = {}
+    by_family: dict[str, list[FamilyOutcome]] = {}
     for outcome in state.outcomes:
         if outcome.bucket.condition:
             by_family.setdefault(outcome.plan.family.name, []).append(outcome)
@@ -206,11 +222,11 @@ def write_condition_comparison(tr: Any, state: AgentevalState) -> None:
                 tr.write_line(line)
 
 
-def _signed(value: Any) -> str:
+def _signed(value: float | None) -> str:
     return "  -  " if value is None else f"{value:+.2f}"
 
 
-def _interval(ci: Any, signed: bool = False) -> str:
+def _interval(ci: object, signed: bool = False) -> str:
     if not isinstance(ci, (list, tuple)) or len(ci) != 2 or None in ci:
         return ""
     fmt = "{:+.2f}" if signed else "{:.2f}"
@@ -286,11 +302,11 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
 SIGN_TEST_MIN_PAIRS = 6
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
+def _fmt(value: float | None, digits: int = 2) -> str:
     return "  -  " if value is None else f"{value:.{digits}f}"
 
 
-def _with_ci(value: Any, ci: Any, digits: int) -> str:
+def _with_ci(value: float | None, ci: Sequence[float | None] | None, digits: int) -> str:
     """``0.753 [0.47, 1.00]``: a point estimate and its 95 % interval, when there is one."""
     if value is None:
         return "n/a"
@@ -303,86 +319,87 @@ def _with_ci(value: Any, ci: Any, digits: int) -> str:
 _CAL_GATE = {"pass": ("PASS", "green"), "insufficient": ("INSUFFICIENT DATA", "yellow")}
 
 
-def write_calibration(tr: Any, state: AgentevalState) -> None:
+def write_calibration(tr: Terminal, state: AgentevalState) -> None:
     for outcome in state.calibration_outcomes:
-        report = outcome.report
-        gate_all = report["gate"]
-        on = " (lower bound of the 95% interval)" if gate_all.get("on") == "lower" else ""
+        report = CalibrationReport.from_json(outcome.report)
+        gate_all = report.gate
+        on = " (lower bound of the 95% interval)" if gate_all.on == "lower" else ""
         tr.write_sep(
             "=",
             f"agenteval calibration: {outcome.family} · judge "
-            f"{', '.join(report['judge'])} · gate on {report['split']}{on}",
+            f"{', '.join(report.judge)} · gate on {report.split}{on}",
         )
         header = (
             f"{'pillar':<26}{'n':>9}  {'accuracy':<19}{'kappa':<20}{'ceiling':>8}"
             f"{'brier':>7}{'ece':>7}{'auc':>6}{'errors':>7}  gate"
         )
         tr.write_line(header)
-        rows = [*report["pillars"].items(), ("overall", report["overall"])]
+        rows = [*report.pillars.items(), ("overall", report.overall)]
         for name, m in rows:
-            gate = m["gate"]
-            status = gate.get("status") or ("pass" if gate["passed"] else "fail")
-            n = f"{m.get('n', 0)} of {m.get('entries', m.get('n', 0))}"
-            ceiling = m.get("inter_rater_fleiss_kappa")
+            gate = m.gate
+            status = gate.status or ("pass" if gate.passed else "fail")
+            n = f"{m.n} of {m.n if m.entries is None else m.entries}"
+            ceiling = m.inter_rater_fleiss_kappa
             line = (
                 f"{name:<26}{n:>9}  "
-                f"{_with_ci(m.get('accuracy'), m.get('accuracy_ci'), 2):<19}"
-                f"{_with_ci(m.get('kappa'), m.get('kappa_ci'), 3):<20}"
+                f"{_with_ci(m.accuracy, m.accuracy_ci, 2):<19}"
+                f"{_with_ci(m.kappa, m.kappa_ci, 3):<20}"
                 f"{_fmt(ceiling, 3) if ceiling is not None else '  -  ':>8}"
-                f"{_fmt(m.get('brier'), 3):>7}{_fmt(m.get('ece'), 3):>7}{_fmt(m.get('auc')):>6}"
-                f"{m.get('evaluation_failures', 0):>7}  "
+                f"{_fmt(m.brier, 3):>7}{_fmt(m.ece, 3):>7}{_fmt(m.auc):>6}"
+                f"{m.evaluation_failures:>7}  "
             )
             tr.write(line)
             word, colour = _CAL_GATE.get(status, ("FAIL", "red"))
             tr.write_line(word, **{colour: True})
-            for reason in gate["reasons"]:
+            for reason in gate.reasons:
                 tr.write_line(f"    {reason}", **{colour: True})
-            for note in gate.get("notes") or ():
+            for note in gate.notes:
                 tr.write_line(f"    note: {note}", yellow=True)
-            other = m.get("calibration_split")
-            if other and other.get("n"):
+            other = m.calibration_split
+            if other is not None and other.n:
                 tr.write_line(
                     (
-                        f"{'  (calibration split)':<26}{other['n']:>9}  "
-                        f"{_with_ci(other.get('accuracy'), None, 2):<19}"
-                        f"{_with_ci(other.get('kappa'), None, 3)}"
+                        f"{'  (calibration split)':<26}{other.n:>9}  "
+                        f"{_with_ci(other.accuracy, None, 2):<19}"
+                        f"{_with_ci(other.kappa, None, 3)}"
                     ).rstrip()
                 )
-        th = report["overall"]["gate"]["threshold"]
-        tr.write_line(
-            f"thresholds: kappa ≥ {th['kappa']:.2f}, accuracy ≥ {th['accuracy']:.2f}, "
-            f"evaluation failures ≤ {th['max_evaluation_failures']}, "
-            f"at least {th.get('min_n', 0)} graded entries per pillar "
-            f"(preset {report['preset_thresholds']}; per-pillar overrides in benchmark.yaml)"
-        )
-        if any(m.get("inter_rater_fleiss_kappa") is not None for _, m in rows):
+        th = report.overall.gate.threshold
+        if th is not None:
+            tr.write_line(
+                f"thresholds: kappa ≥ {_fmt(th.kappa)}, accuracy ≥ {_fmt(th.accuracy)}, "
+                f"evaluation failures ≤ {th.max_evaluation_failures}, "
+                f"at least {th.min_n or 0} graded entries per pillar "
+                f"(preset {report.preset_thresholds}; per-pillar overrides in benchmark.yaml)"
+            )
+        if any(m.inter_rater_fleiss_kappa is not None for _, m in rows):
             tr.write_line(
                 "ceiling: Fleiss' kappa among the raters, where entries carry several labels; "
                 "a judge above it is flagged"
             )
-        if report.get("not_gradable"):
+        if report.not_gradable:
             tr.write_line(
-                f"note: {report['not_gradable']} entries not gradable by this judge "
+                f"note: {report.not_gradable} entries not gradable by this judge "
                 "(no checkable criterion); use an LLM judge",
                 yellow=True,
             )
-        if report.get("disagreements"):
+        if report.disagreements:
             tr.write_line(
-                f"disagreements: {len(report['disagreements'])} (label against judge, "
+                f"disagreements: {len(report.disagreements)} (label against judge, "
                 "with both rationales, in report.md / report.html)"
             )
         write_triage(tr, report)
-        if report.get("stability"):
-            st = report["stability"]
+        if report.stability is not None:
+            st = report.stability
             tr.write_line(
-                f"test-retest: {st['entries']} entries × {st['repetitions']}: identical verdicts "
-                f"{st['identical_verdict_share']:.0%}, mean score spread {_fmt(st['mean_score_spread'], 3)}"
+                f"test-retest: {st.entries} entries × {st.repetitions}: identical verdicts "
+                f"{st.identical_verdict_share:.0%}, mean score spread {_fmt(st.mean_score_spread, 3)}"
             )
-        reasons = gate_all["reasons"]
+        reasons = gate_all.reasons
         shown = "; ".join(reasons[:6]) + (" …" if len(reasons) > 6 else "")
-        if gate_all["passed"]:
+        if gate_all.passed:
             tr.write_line("calibration gate: PASSED", green=True, bold=True)
-        elif gate_all.get("status") == "insufficient":
+        elif gate_all.status == "insufficient":
             tr.write_line(
                 "calibration gate: NOT PASSED (insufficient data) — " + shown,
                 yellow=True,
@@ -395,19 +412,19 @@ def write_calibration(tr: Any, state: AgentevalState) -> None:
             tr.write_line(f"evidence chain head: {outcome.head}")
 
 
-def write_triage(tr: Any, report: dict[str, Any]) -> None:
+def write_triage(tr: Terminal, report: CalibrationReport) -> None:
     """Golden entries the family could not grade, and entries graded against the rubric
     because their prompt is not the one of the scenario they name."""
-    skipped = report.get("skipped") or {}
-    if skipped.get("total"):
-        why = ", ".join(f"{reason}: {n}" for reason, n in skipped.get("by_reason", {}).items())
+    skipped = report.skipped
+    if skipped is not None and skipped.total:
+        why = ", ".join(f"{reason}: {n}" for reason, n in skipped.by_reason.items())
         tr.write_line(
-            f"warning: {skipped['total']} golden "
-            + ("entry" if skipped["total"] == 1 else "entries")
+            f"warning: {skipped.total} golden "
+            + ("entry" if skipped.total == 1 else "entries")
             + f" skipped, not graded ({why}); pytest -rs lists them",
             yellow=True,
         )
-    mismatched = report.get("prompt_mismatch") or 0
+    mismatched = report.prompt_mismatch
     if mismatched:
         tr.write_line(
             f"warning: {mismatched} golden "
@@ -418,7 +435,7 @@ def write_triage(tr: Any, report: dict[str, Any]) -> None:
         )
 
 
-def _cache_statuses(result: Any) -> list[tuple[str, bool]]:
+def _cache_statuses(result: object) -> list[tuple[str, bool]]:
     """(cache_status, authenticated) of every judge grade in a record's result."""
     if not isinstance(result, dict):
         return []
@@ -426,14 +443,15 @@ def _cache_statuses(result: Any) -> list[tuple[str, bool]]:
     out = []
     if isinstance(meta, dict) and meta.get("cache_status"):
         out.append((str(meta["cache_status"]), bool(meta.get("cache_authenticated"))))
-    for child in result.get("children") or ():
+    children = result.get("children")
+    for child in children if isinstance(children, list) else ():
         out += _cache_statuses(child)
     return out
 
 
-def _write_cache_line(tr: Any, records: list[Any]) -> None:
+def _write_cache_line(tr: Terminal, records: Sequence[Mapping[str, object]]) -> None:
     """How many grades the judge cache served, and how many entries it refused."""
-    statuses = [s for r in records if isinstance(r, dict) for s in _cache_statuses(r.get("result"))]
+    statuses = [s for r in records for s in _cache_statuses(r.get("result"))]
     if not statuses:
         return
     count = {k: sum(1 for s, _ in statuses if s == k) for k in ("hit", "miss", "rejected")}
@@ -450,7 +468,7 @@ def _write_cache_line(tr: Any, records: list[Any]) -> None:
         )
 
 
-def _shown(path: Any, state: AgentevalState) -> str:
+def _shown(path: Path, state: AgentevalState) -> str:
     """The run directory relative to where pytest was started, when it is below it."""
     try:
         return str(path.relative_to(state.config.invocation_params.dir))
