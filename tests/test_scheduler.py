@@ -1,0 +1,287 @@
+"""The scheduler as its caller sees it: ``run(item, subject, judges, upcoming)`` hands back
+each item's grade while the next items' calls proceed, at most ``concurrency`` at once.
+
+The items are real scenario items of a small family, collected (not run) by pytester;
+the subjects are asyncio fakes that count what is in flight. Nothing here looks at
+how the scheduler chooses the items to look ahead at: only at what it calls, when,
+and what it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from pytest_agenteval import RulesJudge
+from pytest_agenteval._collect import ScenarioItem
+from pytest_agenteval._scheduler import Scheduler
+from pytest_agenteval.judges._base import Grade, GradeRequest
+
+BENCH = """\
+family: sched
+pillars:
+  - {key: p, weight: 1.0}
+"""
+
+N = 12
+
+
+def article(n: int) -> str:
+    lines = ["metadata: {article: A, pillar: p, control_id: c, title: T}", "scenarios:"]
+    for i in range(n):
+        lines += [
+            f"  - id: s{i:02d}",
+            f"    weight: {1 / n!r}",
+            f"    input: question {i}",
+            "    evaluation_criteria:",
+            f"      - {{text: answers, check: {{any: ['answer {i}']}}}}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def index_of(prompt: str) -> int:
+    return int(prompt.rsplit(" ", 1)[1])
+
+
+@pytest.fixture
+def items(pytester: pytest.Pytester) -> list[ScenarioItem]:
+    fam = pytester.mkdir("sched")
+    (fam / "benchmark.yaml").write_text(BENCH)
+    (fam / "a.yaml").write_text(article(N))
+    collected, _ = pytester.inline_genitems("--bench=sched")
+    found = [it for it in collected if isinstance(it, ScenarioItem)]
+    assert [it.scenario.id for it in found] == [f"s{i:02d}" for i in range(N)]
+    return found
+
+
+@pytest.fixture
+def make_scheduler() -> Iterator[Callable[[int], Scheduler]]:
+    made: list[Scheduler] = []
+
+    def make(concurrency: int) -> Scheduler:
+        made.append(Scheduler(concurrency))
+        return made[-1]
+
+    yield make
+    for scheduler in made:
+        scheduler.close()
+
+
+class Agent:
+    """An async subject answering ``answer <i>`` to ``question <i>``, counting calls in flight."""
+
+    def __init__(self, delay: Callable[[int], float] = lambda i: 0.0) -> None:
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.started: list[int] = []
+        self.finished: list[int] = []
+        self.cancelled: list[int] = []
+
+    async def __call__(self, prompt: str) -> str:
+        i = index_of(prompt)
+        with self.lock:
+            self.started.append(i)
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(self.delay(i))
+        except asyncio.CancelledError:
+            self.cancelled.append(i)
+            raise
+        finally:
+            with self.lock:
+                self.now -= 1
+        self.finished.append(i)
+        return f"answer {i}"
+
+
+def settle(until: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait until *until* holds, then a moment longer for anything that should not happen."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+    time.sleep(0.1)
+
+
+def run_all(scheduler: Scheduler, items: list[ScenarioItem], agent: Agent) -> list[str]:
+    """Run every item in order, as the session does; the scenario id of each grade returned."""
+    keys = []
+    for i, item in enumerate(items):
+        run = scheduler.run(item, agent, [RulesJudge()], items[i + 1 :])
+        assert run.answer == f"answer {index_of(item.scenario.input)}"
+        keys.append(run.result.key)
+    return keys
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_at_most_concurrency_calls_are_in_flight(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler], concurrency: int
+) -> None:
+    agent = Agent(delay=lambda i: 0.05)
+    run_all(make_scheduler(concurrency), items, agent)
+    assert agent.most == concurrency
+    assert sorted(agent.finished) == list(range(N))
+
+
+def test_grades_come_back_in_item_order_whatever_order_calls_finish_in(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    # later questions answer faster: calls finish out of order
+    agent = Agent(delay=lambda i: 0.01 * (N - i))
+    keys = run_all(make_scheduler(4), items, agent)
+    assert keys == [it.scenario.id for it in items]
+    assert agent.finished != sorted(agent.finished)
+    assert sorted(agent.started) == list(range(N))  # each asked once: work ahead is reused
+
+
+def test_look_ahead_is_bounded_and_skips_what_is_not_a_scenario(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    scheduler = make_scheduler(2)  # looks at most 2 × 2 = 4 scenario items ahead
+    agent = Agent()
+    not_a_scenario = object()
+    first = scheduler.run(items[0], agent, [RulesJudge()], [not_a_scenario, items[0], *items[1:]])
+    assert first.result.key == "s00"
+    settle(lambda: len(agent.finished) >= 5)
+    assert sorted(agent.started) == [0, 1, 2, 3, 4]
+    # the next item's grade was ready; one more item is started to keep 4 ahead
+    second = scheduler.run(items[1], agent, [RulesJudge()], items[2:])
+    assert second.result.key == "s01"
+    settle(lambda: len(agent.finished) >= 6)
+    assert sorted(agent.started) == [0, 1, 2, 3, 4, 5]
+
+
+def test_without_upcoming_items_nothing_is_started_ahead(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    agent = Agent()
+    scheduler = make_scheduler(4)
+    assert scheduler.run(items[3], agent, [RulesJudge()]).result.key == "s03"
+    settle(lambda: len(agent.finished) >= 1)
+    assert agent.started == [3]
+
+
+def test_an_interrupt_in_a_subject_reaches_the_caller_and_cancels_pending_work(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    class Interrupting(Agent):
+        async def __call__(self, prompt: str) -> str:
+            if index_of(prompt) == 0:
+                await asyncio.sleep(0.1)  # the items ahead are in flight meanwhile
+                raise KeyboardInterrupt
+            return await super().__call__(prompt)
+
+    agent = Interrupting(delay=lambda i: 30.0)
+    scheduler = make_scheduler(4)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        scheduler.run(items[0], agent, [RulesJudge()], items[1:])
+    settle(lambda: len(agent.started) >= 3 and len(agent.cancelled) == len(agent.started))
+    assert time.monotonic() - started < 10
+    # what was started ahead (within the window of 8) is cancelled, none of it finishes
+    assert sorted(agent.cancelled) == sorted(agent.started)
+    assert set(agent.started) <= set(range(1, 9))
+    assert agent.finished == []
+
+
+def test_close_cancels_what_was_started_ahead(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    agent = Agent(delay=lambda i: 0.0 if i == 0 else 30.0)
+    scheduler = make_scheduler(3)
+    # two items offered ahead: with three slots, item 0's judge still finds one free
+    assert scheduler.run(items[0], agent, [RulesJudge()], items[1:3]).result.verdict == "pass"
+    settle(lambda: len(agent.started) >= 3)
+    started = time.monotonic()
+    scheduler.close()
+    assert time.monotonic() - started < 5
+    assert sorted(agent.cancelled) == [1, 2]
+    assert agent.finished == [0]
+
+
+def test_close_cancels_any_coroutine_still_running_on_the_loop(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    scheduler = make_scheduler(1)
+    seen: list[str] = []
+    entered = threading.Event()
+
+    async def forever() -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    scheduler.submit(forever())
+    settle(entered.is_set)
+    started = time.monotonic()
+    scheduler.close()
+    assert time.monotonic() - started < 5
+    assert seen == ["cancelled"]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("model down"), SystemExit(3)])
+def test_an_exception_in_one_subject_call_is_that_items_error_only(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler], error: BaseException
+) -> None:
+    class Failing(Agent):
+        async def __call__(self, prompt: str) -> str:
+            if index_of(prompt) == 5:
+                raise error
+            return await super().__call__(prompt)
+
+    scheduler = make_scheduler(3)
+    agent = Failing(delay=lambda i: 0.01)
+    runs = [
+        scheduler.run(item, agent, [RulesJudge()], items[i + 1 :]) for i, item in enumerate(items)
+    ]
+    verdicts = [r.result.verdict for r in runs]
+    assert verdicts == ["pass"] * 5 + ["error"] + ["pass"] * 6
+    failed = runs[5].result
+    assert failed.key == "s05" and failed.error is not None
+    assert f"subject raised {type(error).__name__}" in failed.error
+
+
+def test_an_exception_in_one_judge_call_is_that_items_error_only(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    class Judge(RulesJudge):
+        name = "flaky"
+
+        async def grade(self, request: GradeRequest) -> Grade:
+            if request.scenario_id == "s02":
+                raise ValueError("judge fell over")
+            return await super().grade(request)
+
+    scheduler = make_scheduler(3)
+    agent = Agent()
+    runs = [scheduler.run(item, agent, [Judge()], items[i + 1 :]) for i, item in enumerate(items)]
+    assert [r.result.verdict for r in runs] == ["pass"] * 2 + ["error"] + ["pass"] * 9
+    assert runs[2].result.error == "judge flaky raised ValueError: judge fell over"
+
+
+def test_run_coro_hands_back_a_value_and_an_exception_as_raised(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    scheduler = make_scheduler(1)
+
+    async def value() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    async def boom() -> int:
+        raise LookupError("nope")
+
+    assert scheduler.run_coro(value()) == 42
+    with pytest.raises(LookupError, match="nope"):
+        scheduler.run_coro(boom())
+    assert scheduler.run_coro(value()) == 42  # the loop survives an exception
