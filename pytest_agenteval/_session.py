@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -42,14 +42,16 @@ from ._replay import ReplayLog
 from ._scheduler import Scheduler, upcoming_items
 from ._text import terminal_safe
 from ._tracebacks import describe_exception
-from ._vocab import SEVERITIES, ItemError
-from ._yaml import SpecError
+from ._vocab import SEVERITIES, ItemError, SpecError
 from .evidence._redact import Redactor
 from .evidence._run_dir import RunRecorder
 from .judges._base import ConfigError, Judge
 from .subjects._base import describe
 
 PAYLOAD_VERSION = 1
+
+if TYPE_CHECKING:
+    from ._calibration import CalibrationReportDoc, CalibrationSummaryDoc
 
 
 def bundled_roots() -> list[Path]:
@@ -194,63 +196,40 @@ class CalibrationBucket:
 @dataclass
 class CalibrationOutcome:
     family: str
-    report: dict[str, Any]
+    report: CalibrationReportDoc
     bucket: CalibrationBucket
     run_dir: Path | None = None
     head: str = ""
 
 
-_READ_META = (
-    "file",
-    "line",
-    "pillar",
-    "control_id",
-    "judge",
-    "family",
-    "pattern",
-    "injection_suspected",  # shown in both reports: a steered grade is never a silent pass
-    "injection_reasons",
-)
-_READ_RESULT = (
-    "key",
-    "name",
-    "score",
-    "verdict",
-    "severity",
-    "reasoning",
-    "error",
-    "criteria",
-    "kind",
-)
-_READ_RECORD = (
-    "nodeid",
-    "scenario_id",
-    "prompt",
-    "answer",
-    "condition",
-    "sample",
-    "usage",
-    "cost",
-    "file",
-    "line",
-    "article",
-    "family",
-    "preset",
-    "subject",
-)
+#: What only the evidence needs: the judge's full request and raw reply (kilobytes per
+#: item, written to results.jsonl as each item arrives, then dropped from memory).
+_EVIDENCE_ONLY_META = frozenset({"request", "raw_response", "parsed"})
 
 
-def _for_reading(record: dict[str, Any]) -> dict[str, Any]:
-    """The fields the human reports show (the evidence keeps everything)."""
-    result: dict[str, Any] = record["result"] if isinstance(record.get("result"), dict) else {}
-    meta: dict[str, Any] = result.get("meta") or {}
-    return {
-        **{k: record[k] for k in _READ_RECORD if k in record},
-        "result": {
-            **{k: result[k] for k in _READ_RESULT if k in result},
-            "meta": {k: meta[k] for k in _READ_META if k in meta},
-        },
-    }
+def lean_record(payload: dict[str, Any]) -> dict[str, Any]:
+    """*payload* without the fields only the evidence keeps, for what the run holds in memory."""
+    result = payload.get("result")
+    if not isinstance(result, dict):
+        return payload
+    lean = dict(payload)
+    lean["result"] = _lean_node(result)
+    judge_meta = payload.get("judge_meta")
+    if isinstance(judge_meta, dict):
+        lean["judge_meta"] = {k: v for k, v in judge_meta.items() if k not in _EVIDENCE_ONLY_META}
+    return lean
+
+
+def _lean_node(node: dict[str, Any]) -> dict[str, Any]:
+    meta, children = node.get("meta"), node.get("children")
+    if not (isinstance(meta, dict) and _EVIDENCE_ONLY_META & meta.keys()) and not children:
+        return node
+    node = dict(node)
+    if isinstance(meta, dict):
+        node["meta"] = {k: v for k, v in meta.items() if k not in _EVIDENCE_ONLY_META}
+    if isinstance(children, list):
+        node["children"] = [_lean_node(c) if isinstance(c, dict) else c for c in children]
+    return node
 
 
 def _first_line(text: str) -> str:
@@ -303,38 +282,12 @@ def _selects_calibration(markexpr: str) -> bool:
     return False
 
 
-def validate_options(config: pytest.Config) -> None:
-    """Every numeric option, checked before collection (a usage error names the option)."""
-    for dest, what in (
-        ("agenteval_judge_timeout", "a number of seconds"),
-        ("agenteval_judge_deadline", "a number of seconds"),
-        ("agenteval_subject_timeout", "a number of seconds"),
-    ):
-        settings.number(config, dest, None, what=what)
-    settings.integer(config, "agenteval_judge_max_retries", 0, minimum=0)
-
-
 def _settings_dict(settings: Any) -> dict[str, Any] | None:
     if settings is None:
         return None
     keep: tuple[str, ...] = ("timeout_s", "deadline_s", "max_retries", "seed", "max_tokens")
     keep += ("cache_mode", "repeat", "repeat_temperature")  # repeat: how a panel repeats it
     return {k: getattr(settings, k) for k in keep if hasattr(settings, k)}
-
-
-def _calibration_choice(
-    config: pytest.Config, dest: str, choices: tuple[str, ...], default: str
-) -> str:
-    """A calibration option limited to *choices* (the flag's are checked by argparse; the ini's here)."""
-    value = settings.raw(config, dest)
-    if value is None:
-        return default
-    text = str(value).strip().lower()
-    if text not in choices:
-        raise pytest.UsageError(
-            f"{settings.option_name(dest)}: expected one of {', '.join(choices)}, got {value!r}"
-        )
-    return text
 
 
 def _merge_thresholds(base: Any, spec: Any) -> Any:
@@ -345,22 +298,6 @@ def _merge_thresholds(base: Any, spec: Any) -> Any:
         accuracy=base.accuracy if spec.accuracy is None else float(spec.accuracy),
         max_evaluation_failures=base.max_evaluation_failures,
     )
-
-
-MAX_SAMPLES = 50  # as a preset's samples: N
-
-
-def _samples_option(config: pytest.Config) -> int | None:
-    """``--samples`` / ini ``agenteval_samples``: 1 to :data:`MAX_SAMPLES`; None when unset."""
-    if settings.raw(config, "agenteval_samples") is None:
-        return None
-    value = settings.integer(config, "agenteval_samples", 1, minimum=1)
-    if value > MAX_SAMPLES:
-        raise pytest.UsageError(
-            f"{settings.option_name('agenteval_samples')}: at most {MAX_SAMPLES} samples per "
-            f"scenario, got {value}"
-        )
-    return value
 
 
 def _note_replay(gate: GateOutcome, bucket: Collected, replay: ReplayLog) -> None:
@@ -395,50 +332,28 @@ class AgentevalState:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
+        self.settings = run = settings.RunSettings.from_config(config)
         self._families: dict[Path, Family] = {}
         self._plans: dict[tuple[Path, bool], Plan] = {}
-        self.bench = [
-            b for arg in config.getoption("agenteval_bench") or [] for b in arg.split(",") if b
-        ]
-        ini_bench = config.getini("agenteval_bench")
-        if not self.bench and ini_bench:
-            self.bench = [b for b in str(ini_bench).split(",") if b]
-        self.preset: str | None = (
-            config.getoption("agenteval_preset") or config.getini("agenteval_preset") or None
-        )
+        self.bench = list(run.bench)
+        self.preset: str | None = run.preset
         self.bench_roots = resolve_bench(config, self.bench) if self.bench else []
         # --samples overrides every preset's samples: N (read before the presets resolve)
-        self.samples = _samples_option(config)
+        self.samples = run.samples
         self.replay: ReplayLog | None = None
+        self.judge_specs = list(run.judge_specs)
+        self.subject_spec = run.subject_spec
         self._check_preset_early()
-        self.judge_specs = self._judge_specs()
-        self.subject_spec = (
-            config.getoption("agenteval_subject")
-            or config.getini("agenteval_subject")
-            or os.environ.get("AGENTEVAL_SUBJECT")
-            or None
-        )
-        self.out_dir = Path(
-            config.getoption("agenteval_out") or config.getini("agenteval_out") or ".agenteval"
-        )
-        validate_options(config)
-        if not hasattr(config, "workerinput"):  # found now, not after the paid calls
-            settings.writable_dir(config, "agenteval_out", self.out_dir)
+        self.out_dir = run.out_dir
         self._judges: list[Judge] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
         self.rates = {**DEFAULT_RATES, **parse_rates(config.getini("agenteval_rates") or [])}
         workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-        self.max_cost = settings.number(
-            config, "agenteval_max_cost", None, inclusive=True, what="a budget in USD"
-        )
+        self.max_cost = run.max_cost
         # limits of the run, not of each process: -n 4 must not send four times as many
-        concurrency = settings.integer(config, "agenteval_concurrency", 8)
-        self.scheduler = Scheduler(
-            max(1, concurrency // workers),
-            Budget(None if self.max_cost is None else self.max_cost / workers),
-            self.rates,
-        )
+        concurrency, budget = run.per_worker(workers)
+        self.scheduler = Scheduler(concurrency, Budget(budget), self.rates)
         self._subject_shared = False
         self._markers: set[str] = set()
         self.collected: dict[tuple[str, str, str], Collected] = {}
@@ -452,16 +367,10 @@ class AgentevalState:
         # condition -> server -> name/version/tools as the server reported them (manifest)
         self.mcp_reported: dict[str, dict[str, Any]] = {}
         self.calibration_mode = _selects_calibration(str(config.getoption("markexpr", "") or ""))
-        self.calibration_split = (
-            config.getoption("agenteval_calibration_split")
-            or config.getini("agenteval_calibration_split")
-            or "holdout"
-        )
-        self.calibration_repeat = settings.integer(config, "agenteval_calibration_repeat", 1)
-        self.calibration_min_n = settings.integer(config, "agenteval_calibration_min_n", 10)
-        self.calibration_gate_on = _calibration_choice(
-            config, "agenteval_calibration_gate_on", ("point", "lower"), "point"
-        )
+        self.calibration_split = run.calibration_split
+        self.calibration_repeat = run.calibration_repeat
+        self.calibration_min_n = run.calibration_min_n
+        self.calibration_gate_on = run.calibration_gate_on
         self._golden_roots: list[Path] | None = None
         self.calibration: dict[str, CalibrationBucket] = {}
         self.calibration_outcomes: list[CalibrationOutcome] = []
@@ -487,15 +396,6 @@ class AgentevalState:
         self.replay = self._replay(config)
 
     # ------------------------------------------------------------------ configuration
-
-    def _judge_specs(self) -> list[str]:
-        specs = list(self.config.getoption("agenteval_judge") or [])
-        if not specs:
-            ini = self.config.getini("agenteval_judge")
-            env = os.environ.get("AGENTEVAL_JUDGE", "")
-            raw = str(ini or env)
-            specs = [s.strip() for s in raw.split(",") if s.strip()]
-        return specs
 
     @property
     def judge_default(self) -> bool:
@@ -688,7 +588,7 @@ class AgentevalState:
 
         self.mcp_host = McpHost(
             conditions,
-            max_steps=settings.integer(self.config, "agenteval_mcp_max_steps", 8, minimum=1),
+            max_steps=self.settings.mcp_max_steps,
         )
         try:
             self.scheduler.run_coro(self.mcp_host.start())
@@ -761,12 +661,11 @@ class AgentevalState:
             if self.samples is not None:
                 self._plans[key] = replace(self._plans[key], samples=self.samples)
             from ._run import preset_panel_problem
-            from .plugin import judge_repeat
 
             problem = preset_panel_problem(
                 self._plans[key],
-                self._judge_specs(),
-                repeat=judge_repeat(self.config) == "sampled",
+                self.judge_specs,
+                repeat=self.settings.judge_repeat == "sampled",
             )
             if problem:
                 raise pytest.UsageError(problem)
@@ -878,7 +777,7 @@ class AgentevalState:
             return f"--subject {self.subject_spec}"
         return "the agenteval_subject fixture (its file is named when it is set up)"
 
-    def subject_for(self, item: ScenarioItem, fixture_value: Any = None) -> Callable[..., Any]:
+    def subject_for(self, item: ScenarioItem, fixture_value: object = None) -> Callable[..., Any]:
         if self.subject_spec:
             return self.spec_subject()
         subject = fixture_value
@@ -1102,6 +1001,21 @@ class AgentevalState:
     def expect_ids(self, ids: list[str]) -> None:
         """The node ids an xdist worker collected (the controller collects nothing itself)."""
         self.expected_ids.update(ids)
+        # the golden files those items come from, for the manifest the controller writes
+        root = Path(self.config.rootpath)
+        for rel in sorted({i.split("::", 1)[0] for i in ids if ".jsonl::" in i}):
+            self._learn_golden_file(root / rel)
+
+    def _learn_golden_file(self, path: Path) -> None:
+        from ._golden import load_golden
+
+        if any(str(path) in seen for seen in self._golden_paths.values()):
+            return
+        try:
+            family = self.family_for_golden(path, load_golden(path).entries)
+        except (SpecError, ValueError, OSError):
+            return  # the worker that collected it reported the problem
+        self.note_golden_file(family, path)
 
     def has_work(self) -> bool:
         """Is there a run to account for? Not when collection failed and nothing ran:
@@ -1188,6 +1102,9 @@ class AgentevalState:
                 self.other_failures += 1
             return
         self._ingest(payload)
+        if not self.is_worker:  # a worker's report still goes to the controller whole
+            # pytest keeps every report to the end of the session: keep the lean copy there
+            report.agenteval = lean_record(payload)  # type: ignore[attr-defined]
 
     def _ingest(self, payload: dict[str, Any]) -> None:
         """Take one item's record: the tree's leaves, the evidence chain."""
@@ -1213,16 +1130,16 @@ class AgentevalState:
                 condition=payload.get("condition"),
             ),
         )
-        result = EvalResult.from_dict(payload["result"])
+        if not self.is_worker:
+            if bucket.recorder is None:
+                bucket.recorder = RunRecorder(self, bucket, self._plan_for(bucket))
+            bucket.recorder.add(payload)  # the evidence keeps everything
+        lean = lean_record(payload)
+        result = EvalResult.from_dict(lean["result"])
         bucket.leaves.setdefault(payload["scenario_id"], {})[int(payload.get("sample") or 0)] = (
             result
         )
-        bucket.records[payload["nodeid"]] = payload
-        if self.is_worker:
-            return
-        if bucket.recorder is None:
-            bucket.recorder = RunRecorder(self, bucket, self._plan_for(bucket))
-        bucket.recorder.add(payload)
+        bucket.records[payload["nodeid"]] = lean
 
     def _account_for_missing(self, interrupted: bool) -> None:
         """Every collected item gets an outcome: those without one become errors."""
@@ -1393,50 +1310,57 @@ class AgentevalState:
         summary: dict[str, Any],
         interrupted: bool,
     ) -> None:
+        from pydantic import ValidationError
+
         from . import __version__
+        from ._model import ReportRecord, RunHeader, RunSummary, SourceLocation
         from ._prcheck import bundled_location, repo_root
+        from .evidence._chain import json_safe_record
         from .evidence._run_dir import report_records
+        from .reports._human import render_html, render_markdown, shown_record
         from .reports._junit import junit_xml
         from .reports._sarif import sarif_json
 
-        records = report_records(
+        records = []
+        for payload in report_records(
             plan, list(bucket.records.values()), repo_root(Path(self.config.rootpath))
+        ):
+            try:
+                records.append(ReportRecord.from_json(payload))
+            except ValidationError:  # a value JSON cannot hold (an agent's own object)
+                # made JSON-safe as the evidence keeps it; only then: the walk costs ~0.1 ms
+                records.append(ReportRecord.from_json(json_safe_record(payload)))
+        run_summary = RunSummary.from_json(summary)
+        # where a bundled family's findings show in code scanning (its files are not in
+        # the repository): the pytest configuration that runs it
+        bundled = bundled_location(self.config, plan.family.name)
+        run = RunHeader(
+            family=plan.family.name,
+            preset=plan.preset,
+            run_id=run_summary.run_id,
+            started_at=run_summary.started_at,
+            ended_at=run_summary.ended_at,
+            gate_passed=run_summary.gate.passed,
+            score=run_summary.score,
+            verdict=run_summary.verdict,
+            tool_version=__version__,
+            subject=bucket.subject,
+            completed=not interrupted,
+            interrupted=interrupted,
+            bundled_location=None if bundled is None else SourceLocation.from_json(bundled),
         )
-        run = {
-            "family": plan.family.name,
-            "preset": plan.preset,
-            "run_id": summary["run_id"],
-            "started_at": summary["started_at"],
-            "ended_at": summary["ended_at"],
-            "gate_passed": summary["gate"]["passed"],
-            "score": summary["score"],
-            "verdict": summary["verdict"],
-            "tool_version": __version__,
-            "subject": bucket.subject,
-            "completed": not interrupted,
-            "interrupted": interrupted,
-            # where a bundled family's findings show in code scanning (its files are not in
-            # the repository): the pytest configuration that runs it
-            "bundled_location": bundled_location(self.config, plan.family.name),
-        }
         redact = self.redactor.text
         recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
         recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
-        self._write_human_reports(recorder, summary, records)
+        shown = [shown_record(r) for r in records]
+        self._write_human_reports(
+            recorder,
+            render_markdown(run_summary, shown, redact=redact),
+            render_html(run_summary, shown, redact=redact),
+        )
 
-    def _write_human_reports(
-        self,
-        recorder: RunRecorder,
-        summary: dict[str, Any],
-        records: list[dict[str, Any]],
-        calibration: dict[str, Any] | None = None,
-    ) -> None:
-        from .reports._human import render_html, render_markdown
-
-        clean_summary = self.redactor.data(summary)
-        clean_records = self.redactor.data([_for_reading(r) for r in records])
-        md = render_markdown(clean_summary, clean_records, calibration=calibration)
-        html = render_html(clean_summary, clean_records, calibration=calibration)
+    def _write_human_reports(self, recorder: RunRecorder, md: str, html: str) -> None:
+        """report.md and report.html, redacted once more as whole texts."""
         recorder.write_bytes(
             "report.md", self.redactor.text(md).encode("utf-8", "backslashreplace")
         )
@@ -1480,7 +1404,9 @@ class AgentevalState:
         report["family"] = family.name
         report["judge"] = self.judge_specs or ["rules"]
         report["preset_thresholds"] = preset_name
-        report.update(triage_summary([*bucket.rows, *bucket.skipped]))  # skips, prompt mismatches
+        triaged = triage_summary([*bucket.rows, *bucket.skipped])  # skips, prompt mismatches
+        report["skipped"] = triaged["skipped"]
+        report["prompt_mismatch"] = triaged["prompt_mismatch"]
         skipped = sum(1 for r in bucket.rows if r["verdict"] == "skipped")
         if skipped:
             report["not_gradable"] = skipped
@@ -1546,20 +1472,22 @@ class AgentevalState:
         return out
 
     def _write_calibration_reports(
-        self, recorder: RunRecorder, summary: dict[str, Any], report: dict[str, Any]
+        self,
+        recorder: RunRecorder,
+        summary: CalibrationSummaryDoc,
+        report: CalibrationReportDoc,
     ) -> None:
         """report.md and report.html of a calibration run: its own report, not a benchmark's."""
+        from ._model import CalibrationReport, RunSummary
         from .reports._human import render_calibration_html, render_calibration_markdown
 
-        clean_summary = self.redactor.data(summary)
-        clean_report = self.redactor.data(report)
-        md = render_calibration_markdown(clean_summary, clean_report)
-        html = render_calibration_html(clean_summary, clean_report)
-        recorder.write_bytes(
-            "report.md", self.redactor.text(md).encode("utf-8", "backslashreplace")
-        )
-        recorder.write_bytes(
-            "report.html", self.redactor.text(html).encode("utf-8", "backslashreplace")
+        run_summary = RunSummary.from_json(summary)
+        calibration = CalibrationReport.from_json(report)
+        redact = self.redactor.text
+        self._write_human_reports(
+            recorder,
+            render_calibration_markdown(run_summary, calibration, redact=redact),
+            render_calibration_html(run_summary, calibration, redact=redact),
         )
 
     def exitstatus(self, current: int | pytest.ExitCode) -> int | pytest.ExitCode:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import pytest
 
@@ -133,3 +134,153 @@ def fraction(
         bounds = "between 0 and 1, exclusive" if open_interval else "between 0 and 1"
         raise pytest.UsageError(f"{option_name(dest)}: expected {what} {bounds}, got {value!r}")
     return parsed
+
+
+def text(config: pytest.Config, dest: str) -> str | None:
+    """A string option (flag, else ini), stripped; None when unset or blank."""
+    value = raw(config, dest)
+    return None if value is None else (str(value).strip() or None)
+
+
+def listed(config: pytest.Config, dest: str, ini: str | None = None) -> list[str]:
+    """A repeatable flag's values, else the ini's (a list, or one comma-separated line)."""
+    values = [str(v) for v in config.getoption(dest, default=None) or []]
+    if values:
+        return values
+    value = config.getini(ini or dest)
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [v.strip() for v in str(value or "").split(",") if v.strip()]
+
+
+_Choice = TypeVar("_Choice", bound=str)
+
+
+def choice(
+    config: pytest.Config, dest: str, choices: tuple[_Choice, ...], default: _Choice
+) -> _Choice:
+    """An option limited to *choices* (argparse checks the flag's; the ini's are checked here)."""
+    value = raw(config, dest)
+    if value is None:
+        return default
+    chosen = str(value).strip().lower()
+    for known in choices:
+        if known == chosen:
+            return known
+    raise pytest.UsageError(
+        f"{option_name(dest)}: expected one of {', '.join(choices)}, got {value!r}"
+    )
+
+
+MAX_SAMPLES = 50  # as a preset's samples: N
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Every option of a benchmark or calibration run, read and validated once.
+
+    Built in ``pytest_configure`` (:meth:`from_config`); a bad value is a usage
+    error naming the option before collection. Everything later reads these
+    fields, never ``config.getoption``.
+    """
+
+    bench: tuple[str, ...] = ()
+    preset: str | None = None
+    judge_specs: tuple[str, ...] = ()
+    subject_spec: str | None = None
+    out_dir: Path = Path(".agenteval")
+    #: the whole run's limits (each xdist worker takes its share: see ``per_worker``)
+    concurrency: int = 8
+    max_cost: float | None = None
+    samples: int | None = None
+    judge_base_url: str | None = None
+    judge_timeout_s: float = 60.0
+    judge_deadline_s: float = 120.0
+    judge_max_retries: int = 2
+    judge_cache: Literal["off", "read", "write", "readwrite"] = "off"
+    judge_cache_dir: Path | None = None
+    judge_repeat: Literal["no", "sampled"] = "no"
+    subject_base_url: str | None = None
+    subject_timeout_s: float = 120.0
+    subject_env: tuple[str, ...] = ()
+    mcp_max_steps: int = 8
+    calibration_split: str = "holdout"
+    calibration_repeat: int = 1
+    calibration_min_n: int = 10
+    calibration_gate_on: Literal["point", "lower"] = "point"
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunSettings:
+        def seconds(dest: str, default: float) -> float:
+            return number(config, dest, default, what="a number of seconds") or default
+
+        samples: int | None = None
+        if raw(config, "agenteval_samples") is not None:
+            samples = integer(config, "agenteval_samples", 1)
+            if samples > MAX_SAMPLES:
+                raise pytest.UsageError(
+                    f"{option_name('agenteval_samples')}: at most {MAX_SAMPLES} samples per "
+                    f"scenario, got {samples}"
+                )
+        out_dir = Path(text(config, "agenteval_out") or ".agenteval")
+        if not hasattr(config, "workerinput"):  # found now, not after the paid calls
+            writable_dir(config, "agenteval_out", out_dir)
+        cache: Literal["off", "read", "write", "readwrite"] = choice(
+            config, "agenteval_judge_cache", ("off", "read", "write", "readwrite"), "off"
+        )
+        cache_dir = text(config, "agenteval_judge_cache_dir")
+        if cache != "off" and not cache_dir:
+            root = out_dir if out_dir.is_absolute() else config.invocation_params.dir / out_dir
+            cache_dir = str(root / "judge-cache")
+        return cls(
+            bench=tuple(
+                b for entry in listed(config, "agenteval_bench") for b in entry.split(",") if b
+            ),
+            preset=text(config, "agenteval_preset"),
+            judge_specs=tuple(
+                s.strip()
+                for entry in listed(config, "agenteval_judge")
+                or [os.environ.get("AGENTEVAL_JUDGE", "")]
+                for s in entry.split(",")
+                if s.strip()
+            ),
+            subject_spec=text(config, "agenteval_subject")
+            or os.environ.get("AGENTEVAL_SUBJECT")
+            or None,
+            out_dir=out_dir,
+            concurrency=integer(config, "agenteval_concurrency", 8),
+            max_cost=number(
+                config, "agenteval_max_cost", None, inclusive=True, what="a budget in USD"
+            ),
+            samples=samples,
+            judge_base_url=text(config, "agenteval_judge_base_url"),
+            judge_timeout_s=seconds("agenteval_judge_timeout", 60.0),
+            judge_deadline_s=seconds("agenteval_judge_deadline", 120.0),
+            judge_max_retries=integer(config, "agenteval_judge_max_retries", 2, minimum=0),
+            judge_cache=cache,
+            judge_cache_dir=Path(cache_dir) if cache_dir else None,
+            judge_repeat=choice(config, "agenteval_judge_repeat", ("no", "sampled"), "no"),
+            subject_base_url=text(config, "agenteval_subject_base_url"),
+            subject_timeout_s=seconds("agenteval_subject_timeout", 120.0),
+            subject_env=tuple(
+                name
+                for entry in [
+                    *(config.getoption("agenteval_subject_env", default=None) or []),
+                    *(config.getini("agenteval_subject_env") or []),
+                ]
+                for name in str(entry).replace(",", " ").split()
+            ),
+            mcp_max_steps=integer(config, "agenteval_mcp_max_steps", 8),
+            calibration_split=text(config, "agenteval_calibration_split") or "holdout",
+            calibration_repeat=integer(config, "agenteval_calibration_repeat", 1),
+            calibration_min_n=integer(config, "agenteval_calibration_min_n", 10),
+            calibration_gate_on=choice(
+                config, "agenteval_calibration_gate_on", ("point", "lower"), "point"
+            ),
+        )
+
+    def per_worker(self, workers: int) -> tuple[int, float | None]:
+        """(concurrency, budget) of one of *workers* processes: shares of the run's limits."""
+        workers = max(1, workers)
+        budget = None if self.max_cost is None else self.max_cost / workers
+        return max(1, self.concurrency // workers), budget

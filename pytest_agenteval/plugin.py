@@ -594,76 +594,44 @@ def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
     return None
 
 
+def run_settings(config: pytest.Config) -> Any:
+    """The run's :class:`~pytest_agenteval._settings.RunSettings` (read once, at configure)."""
+    state = _state(config)
+    if state is not None:
+        return state.settings
+    from ._settings import RunSettings
+
+    return RunSettings.from_config(config)
+
+
 def _judge_settings(config: pytest.Config) -> Any:
-    from . import _settings as settings
     from .judges._llm import JudgeSettings
 
-    def opt(name: str) -> Any:
-        value = config.getoption(name)
-        if value not in (None, ""):
-            return value
-        ini = config.getini(name)
-        return ini if ini not in (None, "") else None
-
-    state = _state(config)
-    cache_mode = opt("agenteval_judge_cache") or "off"
-    cache_dir = opt("agenteval_judge_cache_dir")
-    if cache_mode != "off" and not cache_dir:
-        out = (
-            state.out_dir
-            if state.out_dir.is_absolute()
-            else config.invocation_params.dir / state.out_dir
-        )
-        cache_dir = out / "judge-cache"
-    defaults = JudgeSettings()
-
-    def seconds(name: str, default: float) -> float:
-        return settings.number(config, name, default, what="a number of seconds") or default
-
+    run = run_settings(config)
     return JudgeSettings(
-        base_url=opt("agenteval_judge_base_url"),
-        timeout_s=seconds("agenteval_judge_timeout", defaults.timeout_s),
-        deadline_s=seconds("agenteval_judge_deadline", defaults.deadline_s),
-        max_retries=settings.integer(
-            config, "agenteval_judge_max_retries", defaults.max_retries, minimum=0
-        ),
-        cache_dir=Path(cache_dir) if cache_dir else None,
-        cache_mode=cache_mode,  # type: ignore[arg-type]  # validated by the option choices
-        repeat=judge_repeat(config),  # type: ignore[arg-type]  # validated by make_llm_judge
+        base_url=run.judge_base_url,
+        timeout_s=run.judge_timeout_s,
+        deadline_s=run.judge_deadline_s,
+        max_retries=run.judge_max_retries,
+        cache_dir=run.judge_cache_dir,
+        cache_mode=run.judge_cache,
+        repeat=run.judge_repeat,
     )
-
-
-def judge_repeat(config: pytest.Config) -> str:
-    """``--judge-repeat`` / ini ``agenteval_judge_repeat``: ``no`` (default) or ``sampled``."""
-    value = config.getoption("agenteval_judge_repeat") or config.getini("agenteval_judge_repeat")
-    return str(value or "no").strip().lower()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | None:
     kind = spec.split(":", 1)[0]
     if kind in {"openai", "anthropic", "cmd"}:
-        from . import _settings as settings
         from .subjects._hosted import SubjectConfigError, make_subject
 
-        timeout = settings.number(
-            config, "agenteval_subject_timeout", 120.0, what="a number of seconds"
-        )
+        run = run_settings(config)
         try:
             return make_subject(
                 spec,
-                base_url=config.getoption("agenteval_subject_base_url")
-                or config.getini("agenteval_subject_base_url")
-                or None,
-                timeout_s=timeout or 120.0,
-                pass_env=[
-                    name
-                    for entry in [
-                        *(config.getoption("agenteval_subject_env") or []),
-                        *(config.getini("agenteval_subject_env") or []),
-                    ]
-                    for name in entry.replace(",", " ").split()
-                ],
+                base_url=run.subject_base_url,
+                timeout_s=run.subject_timeout_s,
+                pass_env=list(run.subject_env),
             )
         except (SubjectConfigError, ValueError) as exc:
             raise pytest.UsageError(f"--subject {kind}:…: {exc}") from None

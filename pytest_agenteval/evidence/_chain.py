@@ -111,17 +111,17 @@ import re
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeGuard
+from typing import NoReturn, SupportsIndex, TypeGuard, TypeVar, cast
 
 import rfc8785
 
 from .._text import clip
-from .._vocab import EvidenceError
+from .._vocab import EvidenceError, JSONObject, JSONValue
 
 __all__ = [
     "CONVERTED_KEY",
@@ -167,6 +167,9 @@ _SURROGATE = re.compile("([\ud800-\udfff])")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _O_BINARY = getattr(os, "O_BINARY", 0)
 
+_Container = TypeVar("_Container")
+_Key = TypeVar("_Key")
+
 
 # --------------------------------------------------------------------------
 # Canonical JSON and hashing
@@ -178,7 +181,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def canonical_json(obj: Any) -> bytes:
+def canonical_json(obj: object) -> bytes:
     """Serialise ``obj`` as RFC 8785 canonical JSON, so equal data hashes equally.
 
     Plain data goes straight through ``rfc8785.dumps``. When it refuses, the
@@ -187,10 +190,12 @@ def canonical_json(obj: Any) -> bytes:
     of the offending value, because "nan is not representable" alone does
     not tell a caller which of a thousand fields to fix.
     """
-    try:
-        return rfc8785.dumps(obj)
-    except (ValueError, RecursionError):
-        pass  # CanonicalizationError and UnicodeEncodeError are ValueErrors
+    # other types go straight to the walk, which names them (rfc8785 would refuse them too)
+    if obj is None or isinstance(obj, (int, float, str, list, tuple, dict)):
+        try:
+            return rfc8785.dumps(obj)
+        except (ValueError, RecursionError):
+            pass  # CanonicalizationError and UnicodeEncodeError are ValueErrors
     out: list[bytes] = []
     try:
         _encode(obj, "$", set(), out)
@@ -199,7 +204,7 @@ def canonical_json(obj: Any) -> bytes:
     return b"".join(out)
 
 
-def _encode(value: Any, path: str, active: set[int], out: list[bytes]) -> None:
+def _encode(value: object, path: str, active: set[int], out: list[bytes]) -> None:
     """Append the canonical bytes of ``value`` to ``out``; ``active`` guards cycles."""
     if isinstance(value, dict):
         _encode_container(value, path, active, out, _encode_object)
@@ -211,11 +216,12 @@ def _encode(value: Any, path: str, active: set[int], out: list[bytes]) -> None:
         out.append(_encode_scalar(value, path))
 
 
-_Encoder = Callable[[Any, str, set[int], list[bytes]], None]
-
-
 def _encode_container(
-    value: Any, path: str, active: set[int], out: list[bytes], encode: _Encoder
+    value: _Container,
+    path: str,
+    active: set[int],
+    out: list[bytes],
+    encode: Callable[[_Container, str, set[int], list[bytes]], None],
 ) -> None:
     """Detect reference cycles, which would otherwise surface as a RecursionError."""
     if id(value) in active:
@@ -227,9 +233,11 @@ def _encode_container(
         active.discard(id(value))
 
 
-def _encode_object(value: dict[Any, Any], path: str, active: set[int], out: list[bytes]) -> None:
+def _encode_object(
+    value: Mapping[object, object], path: str, active: set[int], out: list[bytes]
+) -> None:
     """Members sorted by the UTF-16 code units of their keys (RFC 8785 section 3.2.3)."""
-    members: list[tuple[bytes, str, Any]] = []
+    members: list[tuple[bytes, str, object]] = []
     for key, item in value.items():
         if not isinstance(key, str):
             raise ValueError(
@@ -252,9 +260,7 @@ def _encode_object(value: dict[Any, Any], path: str, active: set[int], out: list
     out.append(b"}")
 
 
-def _encode_array(
-    value: list[Any] | tuple[Any, ...], path: str, active: set[int], out: list[bytes]
-) -> None:
+def _encode_array(value: Sequence[object], path: str, active: set[int], out: list[bytes]) -> None:
     """Elements in order, comma-separated, no whitespace."""
     out.append(b"[")
     for index, item in enumerate(value):
@@ -281,7 +287,7 @@ def _encode_str(text: str) -> bytes:
     return b"".join(out)
 
 
-def _encode_scalar(value: Any, path: str) -> bytes:
+def _encode_scalar(value: object, path: str) -> bytes:
     """Numbers, booleans and null via rfc8785, with errors that say what to pass instead."""
     if value is None or isinstance(value, (bool, int, float)):
         try:
@@ -309,14 +315,17 @@ def _child_path(path: str, key: str) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
-def _parse_json(raw: bytes) -> Any:
+def _parse_json(raw: bytes) -> JSONValue:
     """Parse strict UTF-8 JSON the way canonical bytes must be read back.
 
     Integers beyond +-(2**53 - 1) are read as floats (RFC 8785 writes large
     floats such as 1e20 as digit strings), and NaN/Infinity literals are
     refused, so ``canonical_json(_parse_json(b)) == b`` for canonical ``b``.
     """
-    return json.loads(raw.decode("utf-8"), parse_int=_parse_int, parse_constant=_no_constant)
+    value: JSONValue = json.loads(
+        raw.decode("utf-8"), parse_int=_parse_int, parse_constant=_no_constant
+    )
+    return value
 
 
 def _parse_int(text: str) -> int | float:
@@ -324,11 +333,11 @@ def _parse_int(text: str) -> int | float:
     return value if -_INT_LIMIT <= value <= _INT_LIMIT else float(text)
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _is_canonical(raw: bytes) -> tuple[Any, bool]:
+def _is_canonical(raw: bytes) -> tuple[JSONValue, bool]:
     """Parse ``raw`` and tell whether it is byte-for-byte its own canonical form."""
     value = _parse_json(raw)
     try:
@@ -337,7 +346,7 @@ def _is_canonical(raw: bytes) -> tuple[Any, bool]:
         return value, False
 
 
-def genesis_hash(manifest: Mapping[str, Any]) -> str:
+def genesis_hash(manifest: Mapping[str, object]) -> str:
     """SHA-256 of the manifest header, the ``prev`` of the first results line."""
     header = {key: value for key, value in manifest.items() if key not in RESERVED_MANIFEST_KEYS}
     return sha256_hex(canonical_json(header))
@@ -354,7 +363,7 @@ def utc_now_rfc3339() -> str:
 # --------------------------------------------------------------------------
 
 
-def json_safe(value: Any) -> tuple[Any, list[dict[str, str]]]:
+def json_safe(value: object) -> tuple[JSONValue, list[dict[str, str]]]:
     """A copy of ``value`` that :func:`canonical_json` accepts, and notes on what changed.
 
     Nothing an agent returns may stop a run, and evidence must keep it
@@ -380,31 +389,58 @@ def json_safe(value: Any) -> tuple[Any, list[dict[str, str]]]:
     """
     walker = _SafeWalker()
     safe = walker.value(value, "$", 0)
-    if walker.more:
-        walker.notes.append({"path": "$", "was": f"{walker.more} more values (not listed)"})
-    return safe, walker.notes
+    return safe, walker.finish()
 
 
-def json_safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
+def json_safe_record(
+    record: Mapping[str, object], *, text: Callable[[str], str] | None = None
+) -> JSONObject:
     """``record`` made JSON-safe; when anything was converted, the notes go under ``"converted"``.
 
     Notes already present (a record converted once on an xdist worker) are
-    kept and new ones appended, so the marker survives a second pass.
+    kept and new ones appended, so the marker survives a second pass. With
+    *text* (a redactor), every string of the result — values, keys, the text a
+    converted value became, the notes' paths — goes through it in the same
+    walk: text made from an odd value is redacted too.
     """
-    safe, notes = json_safe(dict(record))
+    walker = _SafeWalker(text)
+    # the record itself is not a container being walked, as for json_safe(dict(record))
+    safe = walker.mapping(record, "$", 0)
+    notes = walker.finish()
     if notes:
         earlier = safe.get(CONVERTED_KEY)
-        safe[CONVERTED_KEY] = (earlier if isinstance(earlier, list) else []) + notes
+        listed: list[JSONValue] = [
+            {"path": text(note["path"]) if text else note["path"], "was": note["was"]}
+            for note in notes
+        ]
+        safe[CONVERTED_KEY] = (earlier if isinstance(earlier, list) else []) + listed
     return safe
+
+
+def _plain_line(record: Mapping[str, object], head: str) -> bytes | None:
+    """The chain line of a record that is plain JSON already; None when it needs the walk.
+
+    A record made JSON-safe once (on the worker that graded it, and redacted in
+    the same walk) is written without walking it again: canonical JSON accepts
+    exactly what the walk would leave unchanged (strings, finite floats, ints
+    within 2**53, lists, tuples and string-keyed dicts), and refuses the rest.
+    """
+    line: dict[str, object] = {**record, PREV_KEY: head}
+    try:
+        # rfc8785 checks every value itself: what it cannot write, it refuses
+        return rfc8785.dumps(cast("JSONObject", line))
+    except Exception:  # anything it refuses (NaN, 2**60, a set, a lone surrogate...)
+        return None
 
 
 class _SafeWalker:
     """One pass of :func:`json_safe`: the notes so far and the containers being walked."""
 
-    def __init__(self) -> None:
+    def __init__(self, text: Callable[[str], str] | None = None) -> None:
         self.notes: list[dict[str, str]] = []
         self.more = 0
         self.active: dict[int, str] = {}  # id of a container being walked -> its path
+        self.text = text
 
     def note(self, path: str, was: str) -> None:
         if len(self.notes) < _MAX_NOTES:
@@ -412,14 +448,26 @@ class _SafeWalker:
         else:
             self.more += 1
 
-    def value(self, value: Any, path: str, depth: int) -> Any:
+    def finish(self) -> list[dict[str, str]]:
+        """The notes, closed by a count of those beyond the cap."""
+        if self.more:
+            self.notes.append({"path": "$", "was": f"{self.more} more values (not listed)"})
+        return self.notes
+
+    def value(self, value: object, path: str, depth: int) -> JSONValue:
+        safe = self._value(value, path, depth)
+        if self.text is not None and isinstance(safe, str):
+            return self.text(safe)
+        return safe
+
+    def _value(self, value: object, path: str, depth: int) -> JSONValue:
         if value is None or isinstance(value, bool):
             return None if value is None else bool(value)
         if isinstance(value, str):
             return str.__str__(value)
         if isinstance(value, float):
             return self.number(float(value), path)
-        if isinstance(value, int) or hasattr(type(value), "__index__"):
+        if isinstance(value, int) or _has_index(value):
             try:
                 number = operator.index(value)  # int subclasses, numpy integers
             except Exception:
@@ -432,7 +480,7 @@ class _SafeWalker:
             self.note(path, f"unreadable {type(value).__name__}")
             return _text_of(value)
 
-    def integer(self, number: int, path: str) -> Any:
+    def integer(self, number: int, path: str) -> int | str:
         if -_INT_LIMIT <= number <= _INT_LIMIT:
             return number
         self.note(path, "int")
@@ -441,7 +489,7 @@ class _SafeWalker:
         except ValueError:  # beyond sys.get_int_max_str_digits(): hex has no such limit
             return hex(number)
 
-    def number(self, number: float, path: str) -> Any:
+    def number(self, number: float, path: str) -> float | str:
         if math.isfinite(number):
             return number
         self.note(path, "float")
@@ -449,7 +497,7 @@ class _SafeWalker:
             return "NaN"
         return "Infinity" if number > 0 else "-Infinity"
 
-    def composite(self, value: Any, path: str, depth: int) -> Any:
+    def composite(self, value: object, path: str, depth: int) -> JSONValue:
         if isinstance(value, (bytes, bytearray, memoryview)):
             self.note(path, "bytes")
             return bytes(value).decode("utf-8", "surrogateescape")
@@ -471,18 +519,18 @@ class _SafeWalker:
                 return self.mapping(value, path, depth)
             if isinstance(value, (set, frozenset)):
                 self.note(path, type(value).__name__)
-                items: Any = sorted(value, key=repr)
+                items: Iterable[object] = sorted(value, key=repr)
             else:
                 items = value
             return [self.value(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(items)]
         finally:
             del self.active[id(value)]
 
-    def mapping(self, value: Mapping[Any, Any], path: str, depth: int) -> dict[str, Any]:
+    def mapping(self, value: Mapping[_Key, object], path: str, depth: int) -> JSONObject:
         pairs = list(value.items())
         # string keys keep their names; converted keys give way when they collide
         taken = {_joined(str.__str__(k)) for k, _ in pairs if isinstance(k, str)}
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for key, item in pairs:
             if isinstance(key, str):
                 name = _joined(str.__str__(key))
@@ -493,8 +541,14 @@ class _SafeWalker:
                 name = _free_name(_text_of(key), type(key).__name__, taken)
                 self.note(_child_path(path, name), f"{type(key).__name__} key")
             taken.add(name)
-            out[name] = self.value(item, _child_path(path, name), depth + 1)
+            shown = name if self.text is None else self.text(name)
+            out[shown] = self.value(item, _child_path(path, name), depth + 1)
         return out
+
+
+def _has_index(value: object) -> TypeGuard[SupportsIndex]:
+    """Whether ``value``'s type defines ``__index__`` (which may still refuse, as numpy arrays do)."""
+    return hasattr(type(value), "__index__")
 
 
 def _free_name(base: str, type_name: str, taken: set[str]) -> str:
@@ -516,7 +570,7 @@ def _joined(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
-def _text_of(value: Any) -> str:
+def _text_of(value: object) -> str:
     try:
         text = str(value)
     except Exception:
@@ -524,14 +578,14 @@ def _text_of(value: Any) -> str:
     return text if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
 
 
-def _deep_text(value: Any) -> str:
+def _deep_text(value: object) -> str:
     try:
         return json.dumps(value, default=_text_of, ensure_ascii=False)
     except (ValueError, TypeError, RecursionError):
         return f"<nested deeper than {_MAX_DEPTH} levels; not representable>"
 
 
-def is_seal(record: Any) -> TypeGuard[dict[str, Any]]:
+def is_seal(record: object) -> TypeGuard[JSONObject]:
     """Whether a parsed results line is the seal record (readers of records skip it)."""
     return isinstance(record, dict) and record.get("kind") == SEAL_KIND
 
@@ -759,7 +813,27 @@ def _seal_files(run_dir: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 
-def _manifest_header(manifest: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Completion:
+    """The manifest's completion record: how the item records ended."""
+
+    chain_head: str
+    records: int
+    ended_at: str
+    interrupted: bool
+    not_evaluated: int
+
+    def to_json(self) -> JSONObject:
+        return {
+            "chain_head": self.chain_head,
+            "records": self.records,
+            "ended_at": self.ended_at,
+            "interrupted": self.interrupted,
+            "not_evaluated": self.not_evaluated,
+        }
+
+
+def _manifest_header(manifest: Mapping[str, object]) -> dict[str, object]:
     """Validate a caller's manifest and return its header (reserved keys removed)."""
     if not isinstance(manifest, Mapping):
         raise TypeError(f"manifest must be a mapping, not {type(manifest).__name__}")
@@ -785,12 +859,15 @@ class EvidenceWriter:
     """
 
     def __init__(
-        self, run_dir: Path, manifest: Mapping[str, Any], *, fsync_each_record: bool = False
+        self, run_dir: Path, manifest: Mapping[str, object], *, fsync_each_record: bool = False
     ) -> None:
         header = _manifest_header(manifest)
         header_bytes = canonical_json(header)  # fail before touching the disk
         self._run_dir = Path(run_dir)
-        self._header: dict[str, Any] = _parse_json(header_bytes)  # detached deep copy
+        detached = _parse_json(header_bytes)  # a deep copy the caller cannot change
+        if not isinstance(detached, dict):  # canonical_json of a dict is an object
+            raise TypeError("manifest header did not read back as a JSON object")
+        self._header: JSONObject = detached
         self._head = sha256_hex(header_bytes)
         self._records = 0
         self._size = 0
@@ -799,7 +876,7 @@ class EvidenceWriter:
         self._poisoned = False
         self._finalized = False
         self._sealed = False
-        self._completion: dict[str, Any] | None = None
+        self._completion: _Completion | None = None
         self._run_dir.mkdir(parents=True, exist_ok=True)
         self._refuse_existing_run()
         self._fd: int | None = self._create_results()
@@ -842,7 +919,7 @@ class EvidenceWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY
         return os.open(self._run_dir / RESULTS_NAME, flags, 0o666)
 
-    def append(self, record: dict[str, Any]) -> str:
+    def append(self, record: Mapping[str, object]) -> str:
         """Write one record as the next chain link and return the new head.
 
         The record goes through :func:`json_safe_record` first: a big integer,
@@ -855,10 +932,11 @@ class EvidenceWriter:
             raise ValueError(f"record must not contain the key {PREV_KEY!r}: the chain sets it")
         if is_seal(record):
             raise ValueError(f"'kind': {SEAL_KIND!r} is reserved for the record finalize() writes")
-        safe = json_safe_record(record)
         with self._lock:
             fd = self._require_appendable()
-            line = canonical_json({**safe, PREV_KEY: self._head})
+            line = _plain_line(record, self._head)
+            if line is None:
+                line = canonical_json({**json_safe_record(record), PREV_KEY: self._head})
             self._write_line(fd, line)
             self._head = sha256_hex(line)
             self._records += 1
@@ -916,19 +994,19 @@ class EvidenceWriter:
             if self._finalized:
                 raise RuntimeError("EvidenceWriter.finalize() called twice")
             if self._completion is None:
-                self._completion = {
-                    "chain_head": self._head,
-                    "records": self._records,
-                    "ended_at": ended_at if ended_at is not None else utc_now_rfc3339(),
-                    "interrupted": interrupted,
-                    "not_evaluated": not_evaluated,
-                }
+                self._completion = _Completion(
+                    chain_head=self._head,
+                    records=self._records,
+                    ended_at=ended_at if ended_at is not None else utc_now_rfc3339(),
+                    interrupted=interrupted,
+                    not_evaluated=not_evaluated,
+                )
             completion = self._completion
             if not self._sealed:
                 manifest = {
                     **self._header,
-                    "completed": not completion["interrupted"],
-                    "completion": completion,
+                    "completed": not completion.interrupted,
+                    "completion": completion.to_json(),
                 }
                 write_file_atomic(self._run_dir / MANIFEST_NAME, canonical_json(manifest))
                 self._append_seal(completion)
@@ -936,7 +1014,7 @@ class EvidenceWriter:
             self._finalized = True
             return self._head
 
-    def _append_seal(self, completion: dict[str, Any]) -> None:
+    def _append_seal(self, completion: _Completion) -> None:
         """The last link: binds every other file, and the completion status, to the head."""
         if self._poisoned:
             self.close()
@@ -945,11 +1023,11 @@ class EvidenceWriter:
         seal = {
             "kind": SEAL_KIND,
             "files": _seal_files(self._run_dir),
-            "completed": not completion["interrupted"],
-            "interrupted": completion["interrupted"],
-            "not_evaluated": completion["not_evaluated"],
-            "records": completion["records"],
-            "ended_at": completion["ended_at"],
+            "completed": not completion.interrupted,
+            "interrupted": completion.interrupted,
+            "not_evaluated": completion.not_evaluated,
+            "records": completion.records,
+            "ended_at": completion.ended_at,
             PREV_KEY: self._head,
         }
         line = canonical_json(seal)
@@ -1051,7 +1129,7 @@ class _ManifestInfo:
 
     genesis: str | None
     completed: bool
-    completion: dict[str, Any] | None
+    completion: _Completion | None
     finalized: bool  # has a completion record, or claims completion: must be sealed
 
 
@@ -1228,16 +1306,16 @@ def _report_missing_manifest(run_dir: Path, found: _Findings) -> None:
         found.io(f"{MANIFEST_NAME}: missing; {run_dir} is not an agenteval run directory")
 
 
-def _manifest_info(manifest: dict[str, Any], found: _Findings) -> _ManifestInfo:
+def _manifest_info(manifest: JSONObject, found: _Findings) -> _ManifestInfo:
     completed = manifest.get("completed")
     if not isinstance(completed, bool):
         found.add(f"{MANIFEST_NAME}: 'completed' is missing or not true/false")
         completed = False
     completion = _valid_completion(manifest, found)
-    if completion is not None and completion["interrupted"] == completed:
+    if completion is not None and completion.interrupted == completed:
         found.add(
             f"{MANIFEST_NAME}: 'completed' is {_lower(completed)} but "
-            f"completion.interrupted is {_lower(completion['interrupted'])}"
+            f"completion.interrupted is {_lower(completion.interrupted)}"
         )
     if completed and "completion" not in manifest:
         found.add(f"{MANIFEST_NAME}: 'completed' is true but there is no completion record")
@@ -1249,30 +1327,79 @@ def _manifest_info(manifest: dict[str, Any], found: _Findings) -> _ManifestInfo:
     return _ManifestInfo(genesis, completed, completion, finalized)
 
 
-def _valid_completion(manifest: dict[str, Any], found: _Findings) -> dict[str, Any] | None:
+def _valid_completion(manifest: JSONObject, found: _Findings) -> _Completion | None:
     """The completion record if it has the documented shape, else None (and a problem)."""
     if "completion" not in manifest:
         return None
     completion = manifest["completion"]
-    checks = {
-        "chain_head": lambda v: isinstance(v, str) and bool(_HEX64.fullmatch(v)),
-        "records": _is_count,
-        "ended_at": lambda v: isinstance(v, str),
-        "interrupted": lambda v: isinstance(v, bool),
-        "not_evaluated": _is_count,
-    }
     if not isinstance(completion, dict):
         found.add(f"{MANIFEST_NAME}: 'completion' is not an object")
         return None
-    bad = [key for key, check in checks.items() if not check(completion.get(key))]
-    if bad:
-        found.add(f"{MANIFEST_NAME}: malformed completion record ({', '.join(bad)})")
+    fields = _Fields(completion)
+    read = _Completion(
+        chain_head=fields.digest("chain_head"),
+        records=fields.count("records"),
+        ended_at=fields.text("ended_at"),
+        interrupted=fields.flag("interrupted"),
+        not_evaluated=fields.count("not_evaluated"),
+    )
+    if fields.bad:
+        found.add(f"{MANIFEST_NAME}: malformed completion record ({', '.join(fields.bad)})")
         return None
-    return completion
+    return read
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+class _Fields:
+    """Typed reads of a JSON object's fields; ``bad`` names those of the wrong shape, in read order."""
+
+    def __init__(self, obj: Mapping[str, JSONValue]) -> None:
+        self._obj = obj
+        self.bad: list[str] = []
+
+    def _wrong(self, key: str) -> None:
+        self.bad.append(key)
+
+    def flag(self, key: str) -> bool:
+        value = self._obj.get(key)
+        if isinstance(value, bool):
+            return value
+        self._wrong(key)
+        return False
+
+    def count(self, key: str) -> int:
+        value = self._obj.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        self._wrong(key)
+        return 0
+
+    def text(self, key: str) -> str:
+        value = self._obj.get(key)
+        if isinstance(value, str):
+            return value
+        self._wrong(key)
+        return ""
+
+    def digest(self, key: str) -> str:
+        value = self._obj.get(key)
+        if isinstance(value, str) and _HEX64.fullmatch(value):
+            return value
+        self._wrong(key)
+        return ""
+
+    def file_map(self, key: str) -> dict[str, str]:
+        """A map of file name to SHA-256."""
+        value = self._obj.get(key)
+        if isinstance(value, dict):
+            files = {
+                rel: digest
+                for rel, digest in value.items()
+                if isinstance(digest, str) and _HEX64.fullmatch(digest)
+            }
+            if len(files) == len(value):
+                return files
+        self._wrong(key)
+        return {}
 
 
 def _brief(exc: BaseException) -> str:
@@ -1366,7 +1493,7 @@ def _check_digests(
 def _check_added(
     run_dir: Path, vouched: set[str], found: _Findings, *, regular: str, other: str
 ) -> None:
-    """Any file in the directory that is not *vouched* for was added later."""
+    """A file in the directory that is not *vouched* for was added later."""
     try:
         regular_files, other_files = _scan(run_dir)
     except OSError as exc:
@@ -1476,7 +1603,7 @@ class _ChainWalk:
 
 def _parse_line(
     line: bytes, lineno: int, expected_prev: str | None
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[JSONObject | None, str | None]:
     """The record and the first defect of one results line; ``expected_prev`` None skips the link."""
     if not line:
         return None, "empty line"
@@ -1498,53 +1625,36 @@ def _parse_line(
 
 
 def _seal_from(
-    record: dict[str, Any], lineno: int, records_before: int, found: _Findings
+    record: JSONObject, lineno: int, records_before: int, found: _Findings
 ) -> _Seal | None:
     """The seal if it has the documented shape, else None (and a problem)."""
     where = f"{RESULTS_NAME} line {lineno}"
-    checks: dict[str, Callable[[Any], bool]] = {
-        "files": _is_file_map,
-        "completed": lambda v: isinstance(v, bool),
-        "interrupted": lambda v: isinstance(v, bool),
-        "not_evaluated": _is_count,
-        "records": _is_count,
-        "ended_at": lambda v: isinstance(v, str),
-    }
-    bad = [key for key, check in checks.items() if not check(record.get(key))]
-    if bad:
-        found.add(f"{where}: malformed seal record ({', '.join(bad)})")
+    fields = _Fields(record)
+    listed = fields.file_map("files")
+    completed = fields.flag("completed")
+    interrupted = fields.flag("interrupted")
+    not_evaluated = fields.count("not_evaluated")
+    count = fields.count("records")
+    ended_at = fields.text("ended_at")
+    if fields.bad:
+        found.add(f"{where}: malformed seal record ({', '.join(fields.bad)})")
         return None
     files: dict[str, str] = {}
-    for rel, digest in sorted(record["files"].items(), key=lambda item: os.fsencode(item[0])):
+    for rel, digest in sorted(listed.items(), key=lambda item: os.fsencode(item[0])):
         if _unsafe_path(rel) or rel in (RESULTS_NAME, SUMS_NAME):
             found.add(f"{where}: the seal lists {_show(rel)}, which it cannot bind")
         else:
             files[rel] = digest
-    if record["completed"] == record["interrupted"]:
+    if completed == interrupted:
         found.add(
-            f"{where}: the seal says completed {_lower(record['completed'])} and "
-            f"interrupted {_lower(record['interrupted'])}"
+            f"{where}: the seal says completed {_lower(completed)} and "
+            f"interrupted {_lower(interrupted)}"
         )
-    if record["records"] != records_before:
+    if count != records_before:
         found.add(
-            f"{where}: the seal counts {_plural(record['records'], 'record')} "
-            f"but {records_before} precede it"
+            f"{where}: the seal counts {_plural(count, 'record')} but {records_before} precede it"
         )
-    return _Seal(
-        lineno,
-        files,
-        record["completed"],
-        record["interrupted"],
-        record["not_evaluated"],
-        record["records"],
-        record["ended_at"],
-    )
-
-
-def _is_file_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(digest, str) and _HEX64.fullmatch(digest) for digest in value.values()
-    )
+    return _Seal(lineno, files, completed, interrupted, not_evaluated, count, ended_at)
 
 
 def _check_sealed_files(run_dir: Path, digests: _Digests, seal: _Seal, found: _Findings) -> None:
@@ -1577,21 +1687,21 @@ def _check_completion(info: _ManifestInfo, sealed: bool, chain: _Chain, found: _
         )
     if seal is not None and completion is not None:
         for key in ("interrupted", "not_evaluated", "ended_at"):
-            if completion[key] != getattr(seal, key):
+            if getattr(completion, key) != getattr(seal, key):
                 found.add(
-                    f"{MANIFEST_NAME}: completion.{key} is {json.dumps(completion[key])} but "
+                    f"{MANIFEST_NAME}: completion.{key} is {json.dumps(getattr(completion, key))} but "
                     f"the seal says {json.dumps(getattr(seal, key))}"
                 )
     if completion is None or chain.items_head is None:
         return
-    if completion["chain_head"] != chain.items_head:
+    if completion.chain_head != chain.items_head:
         found.add(
-            f"{MANIFEST_NAME}: completion.chain_head {_abbr(completion['chain_head'])} does not "
+            f"{MANIFEST_NAME}: completion.chain_head {_abbr(completion.chain_head)} does not "
             f"match the recomputed head {_abbr(chain.items_head)} of the records "
             "(records cut or replaced?)"
         )
-    if completion["records"] != chain.records:
+    if completion.records != chain.records:
         found.add(
-            f"{MANIFEST_NAME}: completion.records is {completion['records']} but "
+            f"{MANIFEST_NAME}: completion.records is {completion.records} but "
             f"{RESULTS_NAME} holds {chain.records}"
         )

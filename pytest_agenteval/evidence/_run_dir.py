@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -166,8 +166,9 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
         figure = reliability({"id": s.key, **s.meta} for s in _scenarios(result))
         if figure is not None:  # repeated samples: how often they agree on the verdict
             node["reliability"] = figure
-    if isinstance(result.meta.get("bands"), Mapping):  # an article's own bands
-        node["bands"] = dict(result.meta["bands"])
+    bands = result.meta.get("bands")
+    if isinstance(bands, Mapping):  # an article's own bands
+        node["bands"] = dict(bands)
     if result.error:
         node["error"] = result.error
     if result.reasoning and result.kind != "scenario":
@@ -384,6 +385,9 @@ def report_records(
 ) -> list[dict[str, Any]]:
     """Item payloads enriched with the article and a repository-relative location."""
     articles = {a.control_id: a for a in plan.family.articles}
+    scenarios = {
+        (a.control_id, s.id): s for a in plan.family.articles for s in a.scenarios
+    }  # one lookup per record: 10,000 records of one article must not scan it 10,000 times
     out = []
     for payload in payloads:
         meta = payload["result"].get("meta", {})
@@ -399,7 +403,7 @@ def report_records(
                 )
                 record["bundled"] = True  # not a file of the repository (SARIF locates it apart)
             record["line"] = art.lines.get(payload["scenario_id"])
-            scenario = next((s for s in art.scenarios if s.id == payload["scenario_id"]), None)
+            scenario = scenarios.get((art.control_id, payload["scenario_id"]))
             declared = (scenario.severity if scenario is not None else None) or art.meta.severity
             record["declared_severity"] = declared
             record["article"] = {
@@ -411,6 +415,78 @@ def report_records(
             }
         out.append(record)
     return out
+
+
+PROMPTS_DIR = "judge-prompts"
+
+
+class PromptStore:
+    """Each distinct judge system prompt written once, as ``judge-prompts/<sha256>.txt``.
+
+    A record's ``request`` keeps every message the judge was sent, except that a
+    system message's text is replaced by ``content_sha256`` and ``content_file``:
+    the file holds exactly that text (after redaction, like the rest of the
+    evidence), and the seal binds the file, so the evidence still says what the
+    judge saw while 10,000 records do not repeat the same 6 KB.
+    """
+
+    def __init__(self, run_dir: Path, redact: Callable[[str], str] | None = None) -> None:
+        self._dir = run_dir / PROMPTS_DIR
+        self._redact = redact
+        self._written: set[str] = set()
+
+    def shrink(self, record: dict[str, Any]) -> dict[str, Any]:
+        result = record.get("result")
+        if isinstance(result, dict):
+            record["result"] = self._node(result)
+        meta = record.get("judge_meta")
+        if isinstance(meta, dict):
+            record["judge_meta"] = self._meta(meta)
+        pairwise = record.get("pairwise")
+        judge = pairwise.get("judge") if isinstance(pairwise, dict) else None
+        if isinstance(pairwise, dict) and isinstance(judge, dict):
+            details = judge.get("details")
+            if isinstance(details, dict):
+                record["pairwise"] = {
+                    **pairwise,
+                    "judge": {**judge, "details": self._meta(details)},
+                }
+        return record
+
+    def _node(self, node: dict[str, Any]) -> dict[str, Any]:
+        meta, children = node.get("meta"), node.get("children")
+        if isinstance(meta, dict):
+            node = {**node, "meta": self._meta(meta)}
+        if isinstance(children, list) and children:
+            node = {
+                **node,
+                "children": [self._node(c) if isinstance(c, dict) else c for c in children],
+            }
+        return node
+
+    def _meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        request = meta.get("request")
+        if not isinstance(request, list):
+            return meta
+        return {**meta, "request": [self._message(m) for m in request]}
+
+    def _message(self, message: object) -> object:
+        if not isinstance(message, dict) or message.get("role") != "system":
+            return message
+        content = message.get("content")
+        if not isinstance(content, str):
+            return message
+        if self._redact is not None:
+            content = self._redact(content)
+        data = content.encode("utf-8", "surrogatepass")
+        digest = hashlib.sha256(data).hexdigest()
+        name = f"{PROMPTS_DIR}/{digest}.txt"
+        if digest not in self._written:
+            self._dir.mkdir(exist_ok=True)
+            write_file_atomic(self._dir / f"{digest}.txt", data)
+            self._written.add(digest)
+        rest = {k: v for k, v in message.items() if k != "content"}
+        return {**rest, "content_sha256": digest, "content_file": name}
 
 
 class RunRecorder:
@@ -471,15 +547,19 @@ class RunRecorder:
         self.writer = EvidenceWriter(
             self.run_dir, {"run_id": self.run_id, **header, "completed": False}
         )
+        self.prompts = PromptStore(self.run_dir, self.redactor.text)
 
     def add(self, payload: dict[str, Any]) -> None:
         """Append one item's record (an explicit allowlist of fields) to the chain.
 
         Made JSON-safe before redaction, so that text made from an odd value
-        (``str()`` of an object an agent returned) is redacted too.
+        (``str()`` of an object an agent returned) is redacted too. The judge's
+        system prompt, the same few kilobytes in every record, is kept once
+        (see :class:`PromptStore`).
         """
         record = {key: payload[key] for key in _RECORD_FIELDS if key in payload}
-        self.writer.append(self.redactor.data(json_safe_record(record)))
+        record = json_safe_record(self.prompts.shrink(record), text=self.redactor.text)
+        self.writer.append(record)
 
     def write_json(self, name: str, data: Any) -> None:
         """``data`` as indented JSON, held to the evidence's rule: no NaN, no number beyond 2**53."""

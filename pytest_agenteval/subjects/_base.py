@@ -18,15 +18,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import importlib
 import inspect
+import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from .._checks import Answer, ToolCall
 from .._tracebacks import describe_exception
@@ -47,7 +49,7 @@ class Subject(Protocol):
     servers).
     """
 
-    def __call__(self, prompt: str, /, **context: Any) -> Any: ...
+    def __call__(self, prompt: str, /, **context: object) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,21 @@ class Response:
     """A subject's answer, with what it cost and any tool calls it made."""
 
     text: str
-    tool_calls: Sequence[ToolCall | Mapping[str, Any]] = ()
+    tool_calls: Sequence[ToolCall | Mapping[str, object]] = ()
     usage: Mapping[str, int] = field(default_factory=dict)
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, object] = field(default_factory=dict)
 
     def answer(self) -> Answer:
-        calls = tuple(
-            c if isinstance(c, ToolCall) else ToolCall(str(c["name"]), dict(c.get("arguments", {})))
-            for c in self.tool_calls
-        )
-        return Answer(self.text, calls)
+        return Answer(self.text, tuple(_tool_call(c) for c in self.tool_calls))
+
+
+def _tool_call(call: ToolCall | Mapping[str, object]) -> ToolCall:
+    if isinstance(call, ToolCall):
+        return call
+    arguments = call.get("arguments", {})
+    if not isinstance(arguments, Mapping):
+        raise TypeError(f"tool call arguments are {type(arguments).__name__}, not a mapping")
+    return ToolCall(str(call["name"]), dict(arguments))
 
 
 @dataclass(frozen=True)
@@ -73,24 +80,34 @@ class SubjectCall:
     latency_s: float
 
 
-def _accepted(fn: Callable[..., Any]) -> set[str] | None:
-    """Context keywords *fn* accepts (None: it takes **kwargs, so all)."""
+def _accepted(fn: Callable[..., object]) -> frozenset[str] | None:
+    """Context keywords *fn* accepts (None: it takes **kwargs, so all); once per subject."""
+    try:
+        return _accepted_once(fn)
+    except TypeError:  # an unhashable callable: read its signature each time
+        return _signature_keywords(fn)
+
+
+def _signature_keywords(fn: Callable[..., object]) -> frozenset[str] | None:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return set()
+        return frozenset()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return {p.name for p in params if p.name in CONTEXT_ARGS}
+    return frozenset(p.name for p in params if p.name in CONTEXT_ARGS)
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+_accepted_once = functools.lru_cache(maxsize=256)(_signature_keywords)
+
+
+def _is_async(fn: Callable[..., object]) -> bool:
     call = getattr(fn, "__call__", None)  # noqa: B004 - callable instances
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
 async def call_subject(
-    subject: Callable[..., Any], prompt: str, context: Mapping[str, Any]
+    subject: Callable[..., object], prompt: str, context: Mapping[str, object]
 ) -> SubjectCall:
     """Call *subject* and normalise what it returns; failures become SubjectError."""
     accepted = _accepted(subject)
@@ -98,7 +115,9 @@ async def call_subject(
     start = time.perf_counter()
     try:
         if _is_async(subject):
-            value = await subject(prompt, **kwargs)
+            value = subject(prompt, **kwargs)
+            if inspect.isawaitable(value):  # the coroutine of a coroutine function
+                value = await value
         else:
             value = await _in_daemon_thread(subject, prompt, **kwargs)
             if inspect.isawaitable(value):
@@ -120,35 +139,83 @@ async def call_subject(
     return SubjectCall(response, latency)
 
 
-def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-    """Run a sync subject in a daemon thread.
+def _in_daemon_thread(
+    fn: Callable[..., object], *args: object, **kwargs: object
+) -> asyncio.Future[object]:
+    """Run a sync subject on one of :data:`_WORKERS`' daemon threads.
 
     Unlike ``asyncio.to_thread`` (whose pool is joined at exit), a subject that
     hangs cannot keep the process alive after -x, Ctrl-C or SIGTERM.
     """
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[object] = loop.create_future()
     ctx = contextvars.copy_context()
 
-    def settle(ok: bool, value: Any) -> None:
-        if not future.done():
-            (future.set_result if ok else future.set_exception)(value)
+    def settle(result: object, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
-    def target() -> None:
+    def job() -> None:
+        result: object = None
+        error: BaseException | None = None
         try:
             result = ctx.run(fn, *args, **kwargs)
         except BaseException as exc:  # delivered to the awaiting task
-            outcome: tuple[bool, Any] = (False, exc)
-        else:
-            outcome = (True, result)
+            error = exc
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(settle, result, error)
 
-    threading.Thread(target=target, name="agenteval-subject", daemon=True).start()
+    _WORKERS.submit(job)
     return future
 
 
-def _normalise(value: Any) -> Response:
+class _DaemonWorkers:
+    """Daemon threads reused across calls, started only when none is idle.
+
+    A thread per call costs a thread start for each of 10,000 items; these stay
+    for a while after their last job, so a run keeps about ``concurrency`` of
+    them. A subject that never returns holds one thread and no more; being
+    daemons, none of them keeps the process alive.
+    """
+
+    def __init__(self, idle_s: float = 10.0) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a job that no submit has claimed yet
+        self._idle_s = idle_s
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # that waiting thread takes this job
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._work, name="agenteval-subject", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # unclaimed: this thread may go
+                        self._idle -= 1
+                        return
+                continue  # a submit counted on this thread: its job is on the way
+            job()
+            with self._lock:
+                self._idle += 1
+
+
+_WORKERS = _DaemonWorkers()
+
+
+def _normalise(value: object) -> Response:
     if isinstance(value, Response):
         if not isinstance(value.text, str):
             raise SubjectError(f"subject Response.text is {type(value.text).__name__}, not str")
@@ -168,7 +235,7 @@ def _normalise(value: Any) -> Response:
     )
 
 
-def load_callable(spec: str, search_path: Path | None = None) -> Callable[..., Any]:
+def load_callable(spec: str, search_path: Path | None = None) -> Callable[..., object]:
     """Import ``module:attr`` (``attr`` may be dotted); errors say what to fix."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -184,7 +251,7 @@ def load_callable(spec: str, search_path: Path | None = None) -> Callable[..., A
     finally:
         if added:
             sys.path.remove(str(search_path))
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -195,6 +262,6 @@ def load_callable(spec: str, search_path: Path | None = None) -> Callable[..., A
     return obj
 
 
-def describe(subject: Callable[..., Any]) -> str:
+def describe(subject: object) -> str:
     name = getattr(subject, "name", None) or getattr(subject, "__name__", None)
     return str(name or type(subject).__name__)

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Plugin work per item at scale: an instant judge, N scenarios, whole processes.
+
+With the judge answering at once, what remains is CPU: the SDK's own work
+(which the bare loop pays too) and the plugin's. For each N this runs, as
+whole processes interleaved over the repeats,
+
+* ``collect``: ``pytest --collect-only`` on the family (start-up + collection);
+* ``pytest``:  the benchmark run, one LLM judge call per scenario;
+* ``bare``:    ``AsyncOpenAI`` + ``Semaphore`` making the same N calls;
+
+and reports medians: ms per scenario of collection, ms per item of plugin
+work beyond the bare loop (``(pytest - bare - startup) / N`` where start-up
+is ``pytest --collect-only`` on a one-scenario family), and each process's
+peak RSS (from ``wait4``), whose slope between two sizes is the memory per
+item. Nothing leaves loopback. Usage::
+
+    python scripts/bench_scale.py [--sizes 2000 10000] [--concurrency 32] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_concurrency import bench_env, grade_reply, pytest_command, write_family  # noqa: E402
+from bench_whole_run import BARE  # noqa: E402
+from fakellm import FakeLLMServer  # noqa: E402
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB) of one whole process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    if code not in (0, 1):
+        sys.exit(f"{cmd[:5]} exited {code}:\n{out[-3000:].decode(errors='replace')}")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 10000])
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    results: dict[int, dict[str, float]] = {}
+    with FakeLLMServer(handler=grade_reply(0.0)) as server, tempfile.TemporaryDirectory() as tmp:
+        env = bench_env(server)
+        system = ROOT / "pytest_agenteval" / "prompts" / "default-judge.v1.md"
+        one = Path(tmp) / "one"
+        one_fam = write_family(one, 1)
+        (one / "bare.py").write_text(BARE)
+        startup_cmd = [*pytest_command(one_fam, one, 1)[:4], "--collect-only"]
+        for n in args.sizes:
+            work = Path(tmp) / f"n{n}"
+            fam = write_family(work, n)
+            (work / "bare.py").write_text(BARE)
+            cmds = {
+                "startup": (startup_cmd, one),
+                "collect": ([*pytest_command(fam, work, 1)[:4], "--collect-only"], work),
+                "pytest": (pytest_command(fam, work, args.concurrency), work),
+                "bare": (
+                    [sys.executable, "bare.py", str(n), str(args.concurrency), str(system)],
+                    work,
+                ),
+            }
+            rows: list[dict[str, float]] = []
+            for i in range(args.repeats):
+                row: dict[str, float] = {}
+                order = list(cmds) if i % 2 == 0 else list(cmds)[::-1]
+                for name in order:
+                    cmd, cwd = cmds[name]
+                    row[name], row[f"{name}_rss"] = run(cmd, cwd, env)
+                rows.append(row)
+
+            def med(key: str, rows: list[dict[str, float]] = rows) -> float:
+                return statistics.median(r[key] for r in rows)
+
+            results[n] = {
+                "pytest_s": round(med("pytest"), 2),
+                "bare_s": round(med("bare"), 2),
+                "startup_s": round(med("startup"), 2),
+                "collect_ms_per_scenario": round(
+                    statistics.median((r["collect"] - r["startup"]) / n * 1000 for r in rows),
+                    3,
+                ),
+                "plugin_ms_per_item": round(
+                    statistics.median(
+                        (r["pytest"] - r["bare"] - r["startup"]) / n * 1000 for r in rows
+                    ),
+                    3,
+                ),
+                "pytest_rss_mib": round(med("pytest_rss"), 1),
+                "collect_rss_mib": round(med("collect_rss"), 1),
+                "bare_rss_mib": round(med("bare_rss"), 1),
+            }
+            print(json.dumps({n: results[n]}), flush=True)
+    if len(args.sizes) >= 2:
+        a, b = sorted(args.sizes)[0], sorted(args.sizes)[-1]
+        slope = (results[b]["pytest_rss_mib"] - results[a]["pytest_rss_mib"]) * 1024 / (b - a)
+        bare_slope = (results[b]["bare_rss_mib"] - results[a]["bare_rss_mib"]) * 1024 / (b - a)
+        print(
+            json.dumps(
+                {
+                    "kib_per_item": round(slope, 2),
+                    "bare_kib_per_item": round(bare_slope, 2),
+                    "beyond_bare_kib_per_item": round(slope - bare_slope, 2),
+                }
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
