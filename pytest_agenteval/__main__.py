@@ -57,16 +57,16 @@ def golden_stats(paths: list[str]) -> int:
     from pathlib import Path
 
     from ._calibration import derived_stratum
-    from ._golden import format_stats, load_golden, pillar_stats
+    from ._golden import GoldenEntry, format_stats, load_golden, pillar_stats
     from ._session import bundled_golden_roots
-    from ._yaml import SpecError
+    from ._vocab import SpecError
 
     roots = [Path(p) for p in paths] or bundled_golden_roots()[:1]
     files = sorted({f for r in roots for f in ([r] if r.is_file() else r.rglob("*.jsonl"))})
     if not files:
         print("agenteval golden-stats: no .jsonl files found", file=sys.stderr)
         return 2
-    groups: dict[str, list] = defaultdict(list)
+    groups: dict[str, list[GoldenEntry]] = defaultdict(list)
     for path in files:
         try:
             golden = load_golden(path)

@@ -32,9 +32,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ._vocab import ConfigError
+from ._vocab import ConfigError, JSONObject, JSONValue
 from .evidence._chain import (
     MANIFEST_NAME,
     RESULTS_NAME,
@@ -70,7 +69,7 @@ class Baseline:
     path: Path
     run_id: str
     chain_head: str  # the seal's hash: what `agenteval verify --expect-head` takes
-    summary: Mapping[str, Any]
+    summary: JSONObject
     #: why the run did not complete (only when loaded with ``require_complete=False``)
     incomplete: str | None = None
 
@@ -91,7 +90,7 @@ class Baseline:
         value = self.summary.get("condition")
         return None if value in (None, "") else str(value)
 
-    def ref(self, shown_path: str | None = None) -> dict[str, Any]:
+    def ref(self, shown_path: str | None = None) -> dict[str, str | None]:
         """What summary.json records of the baseline."""
         return {
             "run_id": self.run_id,
@@ -108,14 +107,14 @@ def is_run_dir(path: Path) -> bool:
     return (path / MANIFEST_NAME).is_file() and (path / RESULTS_NAME).is_file()
 
 
-def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+def _read_summary(run_dir: Path) -> JSONObject | None:
     """summary.json as a dict, or None when it is missing or not a JSON object."""
     try:
         raw = _read_small(run_dir / SUMMARY_NAME)
     except (OSError, _Unreadable):
         return None
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data: JSONValue = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -294,9 +293,10 @@ def pointer_path(out_dir: Path, family: str, condition: str | None = None) -> Pa
     return out_dir / LATEST / f"{name}.json"
 
 
-def write_pointer(out_dir: Path, run_dir: Path, data: Mapping[str, Any]) -> Path:
+def write_pointer(out_dir: Path, run_dir: Path, data: Mapping[str, object]) -> Path:
     """Write ``<out>/latest/<family>.json`` for the run just finished (atomically)."""
-    target = pointer_path(out_dir, str(data["family"]), data.get("condition"))
+    condition = data.get("condition")
+    target = pointer_path(out_dir, str(data["family"]), str(condition) if condition else None)
     try:
         rel = run_dir.resolve().relative_to(out_dir.resolve()).as_posix()
     except ValueError:

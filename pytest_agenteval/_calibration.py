@@ -26,10 +26,13 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
-from ._metrics import fleiss_kappa, summarize
+from ._metrics import ConfusionDoc, ReliabilityBinDoc, Summary, fleiss_kappa, summarize
 from ._vocab import GRADED_VERDICTS, Bands
+
+if TYPE_CHECKING:
+    from ._golden import SkippedCounts
 
 LABELS = GRADED_VERDICTS
 UNDEFINED_KAPPA = "kappa undefined — review the golden dataset for class balance"
@@ -51,28 +54,183 @@ def default_thresholds(preset: str) -> Thresholds:
     return Thresholds()
 
 
-def _metrics(rows: Sequence[Mapping[str, Any]], split_label: str, seed: int) -> dict[str, Any]:
-    graded = [r for r in rows if r["actual"] is not None]
-    failures = [r for r in rows if r.get("verdict") == "error"]
-    skipped = [r for r in rows if r["actual"] is None and r.get("verdict") != "error"]
-    if graded:
-        out = summarize(
-            [r["expected"] for r in graded],
-            [r["actual"] for r in graded],
-            [r["score"] for r in graded],
-            [r["min"] for r in graded],
-            [r["max"] for r in graded],
-            labels=LABELS,
-            seed=seed,
+#: A calibration record as it arrives (a golden item's payload); read through :class:`_Row`.
+Row: TypeAlias = Mapping[str, object]
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """What the metrics read of a calibration record, typed; ``raw`` is the record itself
+    (what the report lists of an entry is copied from it as it is)."""
+
+    raw: Row
+    id: str
+    pillar: str
+    expected: str
+    actual: str | None  # None: not graded (judge error, or not gradable)
+    score: float | None
+    min: float | None
+    max: float | None
+    repetition: int
+    labels: list[str]
+
+    @classmethod
+    def of(cls, raw: Row) -> _Row:
+        actual, labels, repetition = raw.get("actual"), raw.get("labels"), raw.get("repetition")
+        return cls(
+            raw=raw,
+            id=str(raw.get("id")),
+            pillar=str(raw.get("pillar")),
+            expected=str(raw.get("expected")),
+            actual=None if actual is None else str(actual),
+            score=_number(raw.get("score")),
+            min=_number(raw.get("min")),
+            max=_number(raw.get("max")),
+            repetition=repetition if isinstance(repetition, int) else 0,
+            labels=[str(x) for x in labels] if isinstance(labels, list) else [],
         )
-    else:
-        out = {"n": 0, "accuracy": None, "kappa": None, "accuracy_ci": None, "kappa_ci": None}
+
+    @property
+    def failed(self) -> bool:
+        """An evaluation failure: the judge errored."""
+        return self.raw.get("verdict") == "error"
+
+    @property
+    def holdout(self) -> bool:
+        return self.raw.get("split") == "holdout"
+
+    @property
+    def agrees(self) -> bool:
+        """The judge's verdict is the label's and its score lies in the band."""
+        return (
+            self.actual is not None
+            and self.actual == self.expected
+            and self.score is not None
+            and self.min is not None
+            and self.max is not None
+            and self.min <= self.score <= self.max
+        )
+
+
+class GroupGateDoc(TypedDict):
+    """One pillar's (or the whole run's) calibration gate."""
+
+    threshold: dict[str, float | int | str]
+    status: str  # pass | fail | insufficient
+    passed: bool
+    reasons: list[str]
+    notes: list[str]
+
+
+class GroupMetricsDoc(TypedDict, total=False):
+    """The metrics of one pillar (or of all) on one split, and their gate.
+
+    :func:`~pytest_agenteval._metrics.summarize`'s keys when an entry was
+    graded, else only ``n``, ``accuracy``, ``kappa`` and the intervals; then
+    the counts, the inter-rater ceiling (with several raters), the other split
+    beside and the gate.
+    """
+
+    n: int
+    accuracy: float | None
+    kappa: float | None
+    accuracy_ci: list[float | None] | None
+    kappa_ci: list[float | None] | None
+    confusion: ConfusionDoc
+    per_class: dict[str, dict[str, float | int]]
+    brier: float | None
+    ece: float | None
+    ece_bins: int
+    auc: float | None
+    mean_abs_score_delta: float | None
+    share_within_band: float | None
+    reliability: list[ReliabilityBinDoc]
+    split: str
+    entries: int  # graded + not gradable + evaluation failures
+    evaluation_failures: int
+    not_gradable: int
+    labels_present: list[str]
+    inter_rater_fleiss_kappa: float | None
+    inter_rater_n: int
+    calibration_split: GroupMetricsDoc
+    gate: GroupGateDoc
+
+
+class CalibrationGateDoc(TypedDict):
+    passed: bool
+    status: str
+    reasons: list[str]
+    notes: list[str]
+    insufficient: list[str]
+    min_n: int
+    on: str
+
+
+class StabilityDoc(TypedDict):
+    entries: int
+    repetitions: int
+    identical_verdict_share: float
+    mean_score_spread: float | None
+    max_score_spread: float | None
+
+
+class _Report(TypedDict):
+    split: str
+    overall: GroupMetricsDoc
+    pillars: dict[str, GroupMetricsDoc]
+    gate: CalibrationGateDoc
+    disagreements: list[dict[str, object]]
+    evaluation_failures: list[dict[str, object]]
+
+
+class CalibrationReportDoc(_Report, total=False):
+    """calibration.json: :func:`calibration_report`'s keys, then what the session adds."""
+
+    stability: StabilityDoc
+    family: str
+    judge: list[str]
+    preset_thresholds: str
+    not_gradable: int
+    skipped: SkippedCounts
+    prompt_mismatch: int
+    lineage: dict[str, object]
+
+
+def _metrics(rows: Sequence[_Row], split_label: str, seed: int) -> GroupMetricsDoc:
+    graded = [r for r in rows if r.actual is not None]
+    failures = [r for r in rows if r.failed]
+    skipped = [r for r in rows if r.actual is None and not r.failed]
+    out: GroupMetricsDoc = {
+        "n": 0,
+        "accuracy": None,
+        "kappa": None,
+        "accuracy_ci": None,
+        "kappa_ci": None,
+    }
+    if graded:
+        out = _graded(
+            summarize(
+                [r.expected for r in graded],
+                [r.actual for r in graded if r.actual is not None],
+                [r.score for r in graded if r.score is not None],
+                [r.min for r in graded if r.min is not None],
+                [r.max for r in graded if r.max is not None],
+                labels=LABELS,
+                seed=seed,
+            )
+        )
     out["split"] = split_label
     out["entries"] = len(rows)  # graded + not gradable + evaluation failures
     out["evaluation_failures"] = len(failures)
     out["not_gradable"] = len(skipped)
-    out["labels_present"] = sorted({str(r["expected"]) for r in rows}, key=_label_order)
-    raters = [r["labels"] for r in graded if len(r.get("labels") or ()) >= 2]
+    out["labels_present"] = sorted({r.expected for r in rows}, key=_label_order)
+    raters = [r.labels for r in graded if len(r.labels) >= 2]
     if raters and len({len(x) for x in raters}) == 1:
         value = fleiss_kappa(raters, LABELS)
         out["inter_rater_fleiss_kappa"] = None if math.isnan(value) else value
@@ -80,17 +238,37 @@ def _metrics(rows: Sequence[Mapping[str, Any]], split_label: str, seed: int) -> 
     return out
 
 
+def _graded(s: Summary) -> GroupMetricsDoc:
+    """:func:`summarize`'s keys, in its order (the intervals may be None in a group)."""
+    return {
+        "n": s["n"],
+        "accuracy": s["accuracy"],
+        "kappa": s["kappa"],
+        "accuracy_ci": s["accuracy_ci"],
+        "kappa_ci": s["kappa_ci"],
+        "confusion": s["confusion"],
+        "per_class": s["per_class"],
+        "brier": s["brier"],
+        "ece": s["ece"],
+        "ece_bins": s["ece_bins"],
+        "auc": s["auc"],
+        "mean_abs_score_delta": s["mean_abs_score_delta"],
+        "share_within_band": s["share_within_band"],
+        "reliability": s["reliability"],
+    }
+
+
 def _label_order(label: str) -> int:
     return LABELS.index(label) if label in LABELS else len(LABELS)
 
 
-def _ci_text(ci: Any) -> str:
+def _ci_text(ci: object) -> str:
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
         return f" [{ci[0]:.2f}, {ci[1]:.2f}]"
     return ""
 
 
-def _undefined_kappa_reason(metrics: Mapping[str, Any]) -> str:
+def _undefined_kappa_reason(metrics: GroupMetricsDoc) -> str:
     """Why κ is undefined: class balance only when the split's labels really are one class.
 
     κ is undefined on graded entries when both the labels and the judge used
@@ -101,7 +279,8 @@ def _undefined_kappa_reason(metrics: Mapping[str, Any]) -> str:
     if len(present) <= 1:
         only = f" (every entry is labelled {present[0]})" if present else ""
         return UNDEFINED_KAPPA + only
-    matrix = (metrics.get("confusion") or {}).get("matrix") or []
+    confusion = metrics.get("confusion")
+    matrix = confusion["matrix"] if confusion else []
     used = [LABELS[i] for i, row in enumerate(matrix) if i < len(LABELS) and any(row)]
     one = used[0] if used else "?"
     return (
@@ -111,13 +290,17 @@ def _undefined_kappa_reason(metrics: Mapping[str, Any]) -> str:
     )
 
 
+def _lower_bound(ci: list[float | None] | None) -> float | None:
+    return ci[0] if ci else None
+
+
 def _gate(
-    metrics: Mapping[str, Any],
+    metrics: GroupMetricsDoc,
     th: Thresholds,
     *,
     min_n: int = DEFAULT_MIN_N,
     gate_on: str = "point",
-) -> dict[str, Any]:
+) -> GroupGateDoc:
     reasons: list[str] = []
     notes: list[str] = []
     insufficient = False
@@ -125,7 +308,8 @@ def _gate(
     entries = int(metrics.get("entries", n) or 0)
     if entries == 0 and metrics.get("split") == "holdout":
         insufficient = True
-        others = int((metrics.get("calibration_split") or {}).get("entries") or 0)
+        other = metrics.get("calibration_split")
+        others = int(other.get("entries") or 0) if other else 0
         reasons.append(
             f"no holdout entries ({others} in the calibration split; an entry without "
             "`split` is calibration data): use --calibration-split=all to gate on every entry"
@@ -134,7 +318,7 @@ def _gate(
         insufficient = True
         why = f"insufficient data (n={n} graded of {entries}; at least {min_n} needed)"
         if metrics.get("not_gradable"):
-            why += f"; {metrics['not_gradable']} not gradable by this judge"
+            why += f"; {metrics.get('not_gradable')} not gradable by this judge"
         reasons.append(why)
     else:
         kappa, acc = metrics.get("kappa"), metrics.get("accuracy")
@@ -142,7 +326,7 @@ def _gate(
         if kappa is None:
             reasons.append(_undefined_kappa_reason(metrics))
         elif gate_on == "lower":
-            low = kappa_ci[0] if isinstance(kappa_ci, (list, tuple)) and kappa_ci else None
+            low = _lower_bound(kappa_ci)
             if low is None:
                 reasons.append(f"kappa {kappa:.3f}: no confidence interval to gate on")
             elif low < th.kappa:
@@ -153,7 +337,7 @@ def _gate(
             reasons.append(f"kappa {kappa:.3f}{_ci_text(kappa_ci)} < {th.kappa:.2f}")
         if acc is not None:
             if gate_on == "lower":
-                low = acc_ci[0] if isinstance(acc_ci, (list, tuple)) and acc_ci else None
+                low = _lower_bound(acc_ci)
                 if low is not None and low < th.accuracy:
                     reasons.append(
                         f"accuracy lower bound {low:.2f} < {th.accuracy:.2f} "
@@ -191,20 +375,24 @@ def _gate(
     }
 
 
-def stability(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def stability(rows: Sequence[Row]) -> StabilityDoc | None:
     """Test-retest agreement over repetitions of the same entry."""
-    by_entry: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    return _stability([_Row.of(r) for r in rows])
+
+
+def _stability(rows: Sequence[_Row]) -> StabilityDoc | None:
+    by_entry: dict[str, list[_Row]] = defaultdict(list)
     for r in rows:
-        by_entry[r["id"]].append(r)
+        by_entry[r.id].append(r)
     repeated = {k: v for k, v in by_entry.items() if len(v) > 1}
     if not repeated:
         return None
     identical = 0
     spreads = []
     for runs in repeated.values():
-        verdicts = [r["actual"] for r in runs]
+        verdicts = [r.actual for r in runs]
         identical += len(set(verdicts)) == 1
-        scores = [r["score"] for r in runs if r["score"] is not None]
+        scores = [r.score for r in runs if r.score is not None]
         if len(scores) > 1:
             spreads.append(max(scores) - min(scores))
     return {
@@ -217,7 +405,7 @@ def stability(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 
 def calibration_report(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Row],
     *,
     split: str = "holdout",
     thresholds: Mapping[str, Thresholds] | None = None,
@@ -225,7 +413,7 @@ def calibration_report(
     seed: int = 0,
     min_n: int = DEFAULT_MIN_N,
     gate_on: str = "point",
-) -> dict[str, Any]:
+) -> CalibrationReportDoc:
     """Per pillar and overall metrics on the gate split, the other split beside, and the gate.
 
     *rows*: ``{id, pillar, expected, actual (None on judge error), score, min,
@@ -240,37 +428,37 @@ def calibration_report(
     thresholds = thresholds or {}
     default = default or Thresholds()
     # arrival order differs between serial and xdist runs; the bootstrap must not
-    rows = sorted(rows, key=_row_key)
-    first = [r for r in rows if r.get("repetition", 0) == 0]
-    gate_rows = first if split == "all" else [r for r in first if r["split"] == "holdout"]
-    other_rows = [] if split == "all" else [r for r in first if r["split"] != "holdout"]
+    all_rows = [_Row.of(r) for r in sorted(rows, key=_row_key)]
+    first = [r for r in all_rows if r.repetition == 0]
+    gate_rows = first if split == "all" else [r for r in first if r.holdout]
+    other_rows = [] if split == "all" else [r for r in first if not r.holdout]
     split_label = "all" if split == "all" else "holdout"
 
-    pillars: dict[str, Any] = {}
+    pillars: dict[str, GroupMetricsDoc] = {}
     reasons: list[str] = []
     notes: list[str] = []
     insufficient: list[str] = []
-    for pillar in sorted({r["pillar"] for r in first}, key=str):
-        mine = [r for r in gate_rows if r["pillar"] == pillar]
+    for pillar in sorted({r.pillar for r in first}, key=str):
+        mine = [r for r in gate_rows if r.pillar == pillar]
         metrics = _metrics(mine, split_label, seed)
         th = thresholds.get(pillar, default)
         if other_rows:
             metrics["calibration_split"] = _metrics(
-                [r for r in other_rows if r["pillar"] == pillar], "calibration", seed
+                [r for r in other_rows if r.pillar == pillar], "calibration", seed
             )
-        metrics["gate"] = _gate(metrics, th, min_n=min_n, gate_on=gate_on)
+        gate = metrics["gate"] = _gate(metrics, th, min_n=min_n, gate_on=gate_on)
         pillars[pillar] = metrics
-        reasons += [f"{pillar}: {r}" for r in metrics["gate"]["reasons"]]
-        notes += [f"{pillar}: {n}" for n in metrics["gate"]["notes"]]
-        if metrics["gate"]["status"] == "insufficient":
+        reasons += [f"{pillar}: {r}" for r in gate["reasons"]]
+        notes += [f"{pillar}: {n}" for n in gate["notes"]]
+        if gate["status"] == "insufficient":
             insufficient.append(pillar)
     overall = _metrics(gate_rows, split_label, seed)
     if other_rows:
         overall["calibration_split"] = _metrics(other_rows, "calibration", seed)
-    overall["gate"] = _gate(overall, default, min_n=min_n, gate_on=gate_on)
-    reasons += [f"overall: {r}" for r in overall["gate"]["reasons"]]
-    notes += [f"overall: {n}" for n in overall["gate"]["notes"]]
-    if overall["gate"]["status"] == "insufficient":
+    overall_gate = overall["gate"] = _gate(overall, default, min_n=min_n, gate_on=gate_on)
+    reasons += [f"overall: {r}" for r in overall_gate["reasons"]]
+    notes += [f"overall: {n}" for n in overall_gate["notes"]]
+    if overall_gate["status"] == "insufficient":
         insufficient.append("overall")
     if insufficient:
         # said first: the gate cannot pass on these numbers, whatever they are
@@ -279,8 +467,9 @@ def calibration_report(
             f"insufficient data in {', '.join(insufficient)}: the calibration gate cannot pass "
             f"until every pillar has at least {min_n} graded entries (--calibration-min-n)",
         )
-    failed = any(p["gate"]["status"] == "fail" for p in (*pillars.values(), overall))
-    report: dict[str, Any] = {
+    gates = [p["gate"] for p in pillars.values() if "gate" in p] + [overall_gate]
+    failed = any(g["status"] == "fail" for g in gates)
+    report: CalibrationReportDoc = {
         "split": split_label,
         "overall": overall,
         "pillars": pillars,
@@ -293,25 +482,31 @@ def calibration_report(
             "min_n": min_n,
             "on": gate_on,
         },
-        "disagreements": disagreements(first),
+        "disagreements": _disagreements(first),
         "evaluation_failures": [
-            _entry_ref(r) | {"error": r.get("error")} for r in first if r.get("verdict") == "error"
+            _entry_ref(r.raw) | {"error": r.raw.get("error")} for r in first if r.failed
         ],
     }
-    stable = stability(rows)
+    stable = _stability(all_rows)
     if stable is not None:
         report["stability"] = stable
     return report
 
 
-def _row_key(r: Mapping[str, Any]) -> tuple[str, int, str, int]:
-    return (str(r.get("file", "")), r.get("line") or 0, str(r["id"]), r.get("repetition", 0))
+def _row_key(r: Row) -> tuple[str, int, str, int]:
+    line, repetition = r.get("line"), r.get("repetition", 0)
+    return (
+        str(r.get("file", "")),
+        line if isinstance(line, int) else 0,
+        str(r.get("id")),
+        repetition if isinstance(repetition, int) else 0,
+    )
 
 
-def _entry_ref(r: Mapping[str, Any]) -> dict[str, Any]:
+def _entry_ref(r: Row) -> dict[str, object]:
     return {
-        "id": r["id"],
-        "pillar": r["pillar"],
+        "id": r.get("id"),
+        "pillar": r.get("pillar"),
         "article": r.get("article"),
         "file": r.get("file"),
         "line": r.get("line"),
@@ -319,40 +514,39 @@ def _entry_ref(r: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def agreed(r: Mapping[str, Any]) -> bool:
+def agreed(r: Row) -> bool:
     """The item passed: the judge's verdict is the label's and its score lies in the band."""
-    score = r.get("score")
-    return (
-        r.get("actual") is not None
-        and r["actual"] == r["expected"]
-        and score is not None
-        and r["min"] <= score <= r["max"]
-    )
+    return _Row.of(r).agrees
 
 
-def disagreements(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def disagreements(rows: Sequence[Row]) -> list[dict[str, object]]:
     """Graded entries where the judge disagreed with the label (verdict or band), in file order."""
+    return _disagreements([_Row.of(r) for r in rows])
+
+
+def _disagreements(rows: Sequence[_Row]) -> list[dict[str, object]]:
     out = []
-    for r in sorted(rows, key=_row_key):
-        if r.get("actual") is None or agreed(r):
+    for r in sorted(rows, key=lambda row: _row_key(row.raw)):
+        if r.actual is None or r.agrees:
             continue
+        raw = r.raw
         out.append(
-            _entry_ref(r)
+            _entry_ref(raw)
             | {
-                "adversarial": r.get("adversarial"),
-                "expected": r["expected"],
-                "band": [r["min"], r["max"]],
-                "actual": r["actual"],
-                "score": r.get("score"),
-                "verdict_differs": r["actual"] != r["expected"],
-                "rationale": r.get("rationale") or "",
-                "reasoning": r.get("reasoning") or "",
+                "adversarial": raw.get("adversarial"),
+                "expected": raw.get("expected"),
+                "band": [raw.get("min"), raw.get("max")],
+                "actual": raw.get("actual"),
+                "score": raw.get("score"),
+                "verdict_differs": r.actual != r.expected,
+                "rationale": raw.get("rationale") or "",
+                "reasoning": raw.get("reasoning") or "",
             }
         )
     return out
 
 
-def item_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def item_counts(rows: Sequence[Row]) -> dict[str, int]:
     """summary.json ``items`` of a calibration run, one per item (repetitions included).
 
     passed: the judge agreed with the label; failed: it disagreed; errors:
@@ -360,28 +554,28 @@ def item_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """
     counts = dict.fromkeys(("passed", "warned", "failed", "errors", "skipped"), 0)
     flagged = 0
-    for r in rows:
-        if r.get("verdict") == "error":
+    for raw in rows:
+        r = _Row.of(raw)
+        if r.failed:
             counts["errors"] += 1
-        elif r.get("actual") is None:
+        elif r.actual is None:
             counts["skipped"] += 1
-        elif agreed(r):
+        elif r.agrees:
             counts["passed"] += 1
         else:
             counts["failed"] += 1
-        meta = r.get("judge_meta")
-        flagged += isinstance(meta, Mapping) and meta.get("injection_suspected") is True
+        flagged += _judge_meta(raw).get("injection_suspected") is True
     return {**counts, "injection_suspected": flagged}
 
 
-def _judge_meta(row: Mapping[str, Any]) -> Mapping[str, Any]:
+def _judge_meta(row: Row) -> Mapping[str, object]:
     meta = row.get("judge_meta")
     return meta if isinstance(meta, Mapping) else {}
 
 
 def calibration_cost(
-    rows: Sequence[Mapping[str, Any]], rates: Mapping[str, tuple[float, float]]
-) -> dict[str, Any]:
+    rows: Sequence[Row], rates: Mapping[str, tuple[float, float]]
+) -> dict[str, object]:
     """Judge tokens and dollars, in total and per pillar: summary.json's ``cost`` shape.
 
     ``usd`` is None once any grade's model has no known rate.
@@ -389,9 +583,9 @@ def calibration_cost(
     from ._cost import add
     from .judges._batch import grade_cost
 
-    zero: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
-    total: dict[str, Any] = dict(zero)
-    pillars: dict[str, dict[str, Any]] = {}
+    zero: dict[str, object] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    total = dict(zero)
+    pillars: dict[str, dict[str, object]] = {}
     for r in rows:
         cost = grade_cost(_judge_meta(r), r.get("judge"), rates)  # batch grades: batch price
         if not (cost.prompt_tokens or cost.completion_tokens):
@@ -402,9 +596,7 @@ def calibration_cost(
     return {"total": total, "pillars": pillars}
 
 
-def judge_lineage(
-    rows: Sequence[Mapping[str, Any]], judges: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+def judge_lineage(rows: Sequence[Row], judges: Sequence[Mapping[str, object]]) -> JudgeLineage:
     """The judges as configured, the models that answered and the prompts they used."""
     returned: set[str] = set()
     prompts: set[tuple[str, str]] = set()
@@ -428,9 +620,68 @@ def judge_lineage(
     }
 
 
+class JudgeLineage(TypedDict):
+    judges: list[dict[str, object]]
+    models_returned: list[str]
+    prompts_used: list[dict[str, str | None]]
+
+
+class SummaryGate(TypedDict):
+    passed: bool
+    reasons: list[str]
+    notes: list[str]
+    critical_failures: list[str]
+    injection_suspected: list[str]
+
+
+class CalibrationBlock(TypedDict):
+    """summary.json's ``calibration``: the gate's status and counts, for readers of summaries."""
+
+    status: str
+    split: object
+    min_n: object
+    gate_on: object
+    insufficient: list[str]
+    disagreements: int
+    evaluation_failures: int
+
+
+class CalibrationSummaryDoc(TypedDict):
+    """summary.json of a calibration run (see :func:`calibration_summary`)."""
+
+    schema: str
+    run_id: str
+    family: str
+    family_version: str | None
+    preset: str
+    condition: None
+    subject: str
+    judge: list[str]
+    score: None
+    verdict: str
+    bands: dict[str, float]
+    gate: SummaryGate
+    items: dict[str, int]
+    nodes: list[object]
+    cost: dict[str, object]
+    chain_head: str
+    started_at: str
+    ended_at: str
+    plugin_version: str
+    calibration: CalibrationBlock
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list | tuple) else []
+
+
+def _count(value: object) -> int:
+    return len(value) if isinstance(value, list | tuple) else 0
+
+
 def calibration_summary(
-    report: Mapping[str, Any],
-    rows: Sequence[Mapping[str, Any]],
+    report: Mapping[str, object],
+    rows: Sequence[Row],
     *,
     run_id: str,
     family: str,
@@ -439,12 +690,12 @@ def calibration_summary(
     subject: str,
     judges: Sequence[str],
     bands: Mapping[str, float],
-    cost: Mapping[str, Any],
+    cost: Mapping[str, object],
     chain_head: str,
     started_at: str,
     ended_at: str,
     plugin_version: str,
-) -> dict[str, Any]:
+) -> CalibrationSummaryDoc:
     """summary.json of a calibration run: the benchmark run's keys, and ``calibration``.
 
     ``score`` is null and ``nodes`` empty (there is no tree); ``verdict`` is
@@ -452,14 +703,12 @@ def calibration_summary(
     else ``fail``; ``items`` counts calibration items (see :func:`item_counts`).
     """
     gate = report["gate"]
-    status = gate.get("status", "pass" if gate["passed"] else "fail")
+    if not isinstance(gate, Mapping):
+        raise TypeError("calibration_summary: the report's gate is not a mapping")
+    passed = bool(gate["passed"])
+    status = str(gate.get("status", "pass" if passed else "fail"))
     flagged = sorted(
-        {
-            str(r["id"])
-            for r in rows
-            if isinstance(r.get("judge_meta"), Mapping)
-            and r["judge_meta"].get("injection_suspected") is True
-        }
+        {str(r.get("id")) for r in rows if _judge_meta(r).get("injection_suspected") is True}
     )
     return {
         "schema": "pytest-agenteval/summary/1",
@@ -474,9 +723,9 @@ def calibration_summary(
         "verdict": {"pass": "pass", "insufficient": "warn"}.get(status, "fail"),
         "bands": dict(bands),
         "gate": {
-            "passed": bool(gate["passed"]),
-            "reasons": list(gate["reasons"]),
-            "notes": list(gate.get("notes") or []),
+            "passed": passed,
+            "reasons": _strings(gate["reasons"]),
+            "notes": _strings(gate.get("notes")),
             "critical_failures": [],
             "injection_suspected": flagged,
         },
@@ -492,9 +741,9 @@ def calibration_summary(
             "split": report.get("split"),
             "min_n": gate.get("min_n"),
             "gate_on": gate.get("on"),
-            "insufficient": list(gate.get("insufficient") or []),
-            "disagreements": len(report.get("disagreements") or []),
-            "evaluation_failures": len(report.get("evaluation_failures") or []),
+            "insufficient": _strings(gate.get("insufficient")),
+            "disagreements": _count(report.get("disagreements")),
+            "evaluation_failures": _count(report.get("evaluation_failures")),
         },
     }
 

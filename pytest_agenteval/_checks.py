@@ -25,7 +25,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import re2
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter
@@ -50,9 +50,10 @@ class ToolCall:
     """One tool call made by the subject: a name and JSON-like arguments."""
 
     name: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
+    # a subject's own values: made JSON-safe where they are recorded (evidence)
+    arguments: Mapping[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "arguments": dict(self.arguments)}
 
 
@@ -70,13 +71,29 @@ class CheckOutcome:
     detail: str
 
 
-CheckFn = Callable[[Answer, Any], CheckOutcome]
+class _Match(Protocol):
+    def start(self) -> int: ...
+
+
+class _Pattern(Protocol):
+    """A compiled RE2 pattern, as the checks use it (``google-re2`` ships no types)."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    def search(self, text: str) -> _Match | None: ...
+
+
+#: A check's function: each takes the type of its own argument, so the registry,
+#: which holds them all, calls them with the argument the loader validated for them.
+CheckFn = Callable[..., CheckOutcome]
+_F = TypeVar("_F", bound=CheckFn)
 
 
 @dataclass(frozen=True)
 class _CheckType:
     name: str
-    adapter: TypeAdapter[Any] | None
+    adapter: TypeAdapter[object] | None
     fn: CheckFn
     doc: str
 
@@ -84,15 +101,20 @@ class _CheckType:
 _REGISTRY: dict[str, _CheckType] = {}
 
 
-def register_check(name: str, arg_type: Any = None) -> Callable[[CheckFn], CheckFn]:
+def register_check(
+    name: str,
+    arg_type: Any = None,  # a type expression (pydantic: TypeForm), e.g. list[str]
+) -> Callable[[_F], _F]:
     """Register a check under *name*; *arg_type* validates its argument at load time.
 
     Pass ``arg_type=None`` for checks whose argument is itself a check or a
     list of checks (they parse it with :func:`parse_check`).
     """
 
-    def decorate(fn: CheckFn) -> CheckFn:
-        adapter = TypeAdapter(arg_type) if arg_type is not None else None
+    def decorate(fn: _F) -> _F:
+        adapter: TypeAdapter[object] | None = (
+            TypeAdapter(arg_type) if arg_type is not None else None
+        )
         _REGISTRY[name] = _CheckType(name, adapter, fn, (fn.__doc__ or "").strip())
         return fn
 
@@ -108,23 +130,24 @@ class Check:
     """A validated check: its kind and its (validated) argument."""
 
     kind: str
-    arg: Any
+    #: What the check's registered type validated (a list as a tuple, a ``regex``
+    #: compiled), or the parsed checks of ``not``/``all_of``/``any_of``: the check's
+    #: function knows its type, and a check registered by a user may take any.
+    arg: object
 
     def evaluate(self, answer: Answer) -> CheckOutcome:
         return _REGISTRY[self.kind].fn(answer, self.arg)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         arg = self.arg
         if isinstance(arg, Check):
             arg = arg.to_dict()
-        elif isinstance(arg, tuple) and arg and isinstance(arg[0], Check):
-            arg = [c.to_dict() for c in arg]
+        elif isinstance(arg, tuple):
+            arg = [c.to_dict() if isinstance(c, Check) else c for c in arg]
         elif isinstance(arg, BaseModel):
             arg = arg.model_dump(exclude_none=True)
         elif isinstance(arg, _RE2_PATTERN | re.Pattern):
             arg = arg.pattern
-        elif isinstance(arg, tuple):
-            arg = list(arg)
         return {self.kind: arg}
 
 
@@ -136,7 +159,7 @@ class CheckSyntaxError(AgentevalError, ValueError):
         self.loc = loc
 
 
-def parse_check(raw: Any) -> Check:
+def parse_check(raw: object) -> Check:
     """Validate a raw ``check`` value into a :class:`Check`."""
     if not isinstance(raw, Mapping) or len(raw) != 1:
         raise CheckSyntaxError(
@@ -162,14 +185,14 @@ def parse_check(raw: Any) -> Check:
             + f" (got {describe_value(err.get('input', arg))})",
             (kind, *err["loc"]),
         ) from None
-    if kind in {"regex", "not_regex"}:
+    if kind in {"regex", "not_regex"} and isinstance(value, str):
         value = _compile(kind, value)
     if isinstance(value, list):
         value = tuple(value)
     return Check(kind, value)
 
 
-def _parse_nested(kind: str, arg: Any) -> Check | tuple[Check, ...]:
+def _parse_nested(kind: str, arg: object) -> Check | tuple[Check, ...]:
     if kind == "not":
         try:
             return parse_check(arg)
@@ -188,7 +211,7 @@ def _parse_nested(kind: str, arg: Any) -> Check | tuple[Check, ...]:
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # the error is reported by us, with file and line
-_RE2_PATTERN: Any = type(re2.compile("", _RE2_OPTIONS))
+_RE2_PATTERN: type[_Pattern] = type(re2.compile("", _RE2_OPTIONS))
 
 # What RE2's terse reason most likely means, when the pattern has the Perl construct.
 _UNSUPPORTED = (
@@ -201,10 +224,11 @@ _UNSUPPORTED = (
 _RE2_NOTE = "RE2 syntax: no backreferences or lookaround; linear time"
 
 
-def _compile(kind: str, pattern: str) -> Any:
+def _compile(kind: str, pattern: str) -> _Pattern:
     """Compile *pattern* with RE2, or say why not, without repeating the pattern."""
     try:
-        return re2.compile(pattern, _RE2_OPTIONS)
+        compiled: _Pattern = re2.compile(pattern, _RE2_OPTIONS)
+        return compiled
     except re2.error as exc:
         raw = exc.args[0] if exc.args else ""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
@@ -222,7 +246,7 @@ def _compile(kind: str, pattern: str) -> Any:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _search(pattern: Any, text: str) -> Any:
+def _search(pattern: _Pattern, text: str) -> _Match | None:
     """RE2 search; lone surrogates (not encodable as UTF-8) become U+FFFD, one for one."""
     try:
         return pattern.search(text)
@@ -316,7 +340,7 @@ def _none(answer: Answer, phrases: Sequence[str]) -> CheckOutcome:
 
 
 @register_check("regex", StrictStr)
-def _regex(answer: Answer, pattern: Any) -> CheckOutcome:
+def _regex(answer: Answer, pattern: _Pattern) -> CheckOutcome:
     """The RE2 regular expression matches somewhere (use ``(?i)`` for case-insensitive)."""
     found = _search(pattern, answer.text)
     if found:
@@ -325,7 +349,7 @@ def _regex(answer: Answer, pattern: Any) -> CheckOutcome:
 
 
 @register_check("not_regex", StrictStr)
-def _not_regex(answer: Answer, pattern: Any) -> CheckOutcome:
+def _not_regex(answer: Answer, pattern: _Pattern) -> CheckOutcome:
     """The RE2 regular expression matches nowhere."""
     found = _search(pattern, answer.text)
     if found:
@@ -378,10 +402,11 @@ def _json(answer: Answer, arg: bool | _JsonArg) -> CheckOutcome:
 class _ToolArg(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     name: StrictStr
-    args: dict[str, Any] = Field(default_factory=dict)
+    # compared with a subject's own values: whatever YAML gives, matched by equality
+    args: dict[str, object] = Field(default_factory=dict)
 
 
-def _args_match(actual: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
+def _args_match(actual: Mapping[str, object], expected: Mapping[str, object]) -> bool:
     for key, want in expected.items():
         if key not in actual:
             return False

@@ -49,11 +49,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 from ._text import gfm_cell as _md
 from ._text import named as _named
-from ._vocab import SCORE_DIGITS, VERDICT_RANK, format_score
+from ._vocab import SCORE_DIGITS, VERDICT_RANK, JSONObject, JSONValue, format_score
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -71,6 +71,10 @@ DEFAULT_ALPHA = 0.05
 _LEVELS = ("benchmark", "suite", "pillar", "article")
 _DIGITS = SCORE_DIGITS  # score deltas and p-values keep a score's decimals
 
+# A summary (or a node of one) as read: its fields are narrowed where they are used.
+_Fields: TypeAlias = Mapping[str, object]
+_NO_FIELDS: _Fields = {}
+
 
 def sign_test_p(worse: int, better: int) -> float:
     """One-sided exact sign test: P(X ≥ worse) for X ~ Binomial(worse + better, ½)."""
@@ -79,74 +83,110 @@ def sign_test_p(worse: int, better: int) -> float:
     n = worse + better
     if n == 0:
         return 1.0
-    return math.fsum(math.comb(n, k) for k in range(worse, n + 1)) / 2**n
+    outcomes: int = 2**n  # sign patterns, equally likely under no change
+    return math.fsum(math.comb(n, k) for k in range(worse, n + 1)) / outcomes
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 
 
-def _walk(node: Mapping[str, Any], path: tuple[Mapping[str, Any], ...]) -> Iterator[Any]:
+def _fields(value: object) -> _Fields:
+    """*value* when it is a JSON object, else an empty one: a summary is read, not trusted."""
+    return value if isinstance(value, Mapping) else _NO_FIELDS
+
+
+def _objects(value: object) -> Iterator[_Fields]:
+    """The JSON objects in *value* when it is an array (anything else in it is skipped)."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if isinstance(item, Mapping):
+                yield item
+
+
+def _texts(value: object) -> list[str]:
+    """The items of *value*, as text, when it is an array."""
+    return [str(item) for item in value] if isinstance(value, (list, tuple)) else []
+
+
+def _walk(
+    node: _Fields, path: tuple[_Fields, ...]
+) -> Iterator[tuple[_Fields, tuple[_Fields, ...]]]:
     yield node, path
-    for child in node.get("children") or ():
-        if isinstance(child, Mapping):
-            yield from _walk(child, (*path, node))
+    for child in _objects(node.get("children")):
+        yield from _walk(child, (*path, node))
 
 
-def _nodes(summary: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], tuple[Any, ...]]]:
-    for root in summary.get("nodes") or ():
-        if isinstance(root, Mapping):
-            yield from _walk(root, ())
+def _nodes(summary: _Fields) -> Iterator[tuple[_Fields, tuple[_Fields, ...]]]:
+    for root in _objects(summary.get("nodes")):
+        yield from _walk(root, ())
 
 
-def scenario_index(summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Scenario id -> its score, verdict, title, severity, article and pillar."""
-    out: dict[str, dict[str, Any]] = {}
+@dataclass(frozen=True)
+class _Scenario:
+    """A scenario node of a summary, and where it sits."""
+
+    score: float | None
+    verdict: str
+    title: str
+    article: str
+    pillar: str
+
+
+def scenario_index(summary: _Fields) -> dict[str, _Scenario]:
+    """Scenario id -> its score, verdict, title, article and pillar."""
+    out: dict[str, _Scenario] = {}
     for node, path in _nodes(summary):
         if node.get("kind") != "scenario":
             continue
-        empty: Mapping[str, Any] = {}
-        article = next((p for p in reversed(path) if p.get("kind") == "article"), empty)
-        pillar = next((p for p in reversed(path) if p.get("kind") == "pillar"), empty)
-        out[str(node.get("id"))] = {
-            "score": _num(node.get("score")),
-            "verdict": str(node.get("verdict") or ""),
-            "title": str(node.get("title") or ""),
-            "severity": node.get("severity"),
-            "article": str(article.get("id") or ""),
-            "pillar": str(pillar.get("id") or ""),
-        }
+        article = next((p for p in reversed(path) if p.get("kind") == "article"), _NO_FIELDS)
+        pillar = next((p for p in reversed(path) if p.get("kind") == "pillar"), _NO_FIELDS)
+        out[str(node.get("id"))] = _Scenario(
+            score=_num(node.get("score")),
+            verdict=str(node.get("verdict") or ""),
+            title=str(node.get("title") or ""),
+            article=str(article.get("id") or ""),
+            pillar=str(pillar.get("id") or ""),
+        )
     return out
 
 
-def _aggregate_index(summary: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+@dataclass(frozen=True)
+class _Aggregate:
+    """A benchmark, pillar or article node of a summary."""
+
+    score: float | None
+    title: str
+    scenarios: list[str]  # the scenario ids beneath
+
+
+def _aggregate_index(summary: _Fields) -> dict[tuple[str, str], _Aggregate]:
     """(level, id) -> score, title and the scenario ids beneath, for the tree's nodes."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
+    out: dict[tuple[str, str], _Aggregate] = {}
     for node, _ in _nodes(summary):
         kind = str(node.get("kind") or "")
         if kind not in ("benchmark", "pillar", "article"):
             continue
         ids = [str(n.get("id")) for n, _ in _walk(node, ()) if n.get("kind") == "scenario"]
-        out[(kind, str(node.get("id")))] = {
-            "score": _num(node.get("score")),
-            "title": str(node.get("title") or node.get("id") or ""),
-            "scenarios": ids,
-        }
+        out[(kind, str(node.get("id")))] = _Aggregate(
+            score=_num(node.get("score")),
+            title=str(node.get("title") or node.get("id") or ""),
+            scenarios=ids,
+        )
     return out
 
 
-def _suites(summary: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    suites = summary.get("suites")
-    items = suites.get("items") if isinstance(suites, Mapping) else None
-    return [s for s in items or () if isinstance(s, Mapping) and s.get("name")]
+def _suites(summary: _Fields) -> list[_Fields]:
+    items = _fields(summary.get("suites")).get("items")
+    return [s for s in _objects(items) if s.get("name")]
 
 
-def _suite_value(metric: str, ids: Sequence[str], scen: Mapping[str, Mapping[str, Any]]) -> Any:
+def _suite_value(metric: str, ids: Sequence[str], scen: Mapping[str, _Scenario]) -> float | None:
     from ._suites import metric_value
 
-    pairs = [(scen[i]["score"], scen[i]["verdict"]) for i in ids if i in scen]
+    pairs = [(scen[i].score, scen[i].verdict) for i in ids if i in scen]
     return metric_value(metric, pairs)
 
 
@@ -187,7 +227,7 @@ class ScenarioChange:
             return None
         return round(self.after_score - self.before_score, _DIGITS)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "id": self.id,
             "article": self.article,
@@ -221,7 +261,7 @@ class NodeDelta:
     def p_value(self) -> float:
         return sign_test_p(self.worse, self.better)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "level": self.level,
             "id": self.id,
@@ -260,7 +300,7 @@ class Regression:
             and self.max_drop > self.bound
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "max_drop": self.max_drop,
             "level": self.level,
@@ -279,7 +319,7 @@ class Regression:
 
 @dataclass(frozen=True)
 class Comparison:
-    baseline: Mapping[str, Any]  # run_id, path, chain_head
+    baseline: Mapping[str, JSONValue]  # run_id, path, chain_head
     scenarios: tuple[ScenarioChange, ...]
     nodes: tuple[NodeDelta, ...]
     regression: Regression
@@ -311,7 +351,7 @@ class Comparison:
         moved = [n for n in self.nodes if n.drop is not None and n.drop != 0]
         return sorted(moved, key=lambda n: (-(n.drop or 0.0), _LEVELS.index(n.level), n.id))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "baseline": dict(self.baseline),
             "scenarios": {
@@ -320,8 +360,8 @@ class Comparison:
                 "better": self.count("better"),
                 "unchanged": self.count("unchanged"),
                 "not_compared": self.count("not compared"),
-                "added": self.added,
-                "removed": self.removed,
+                "added": list(self.added),
+                "removed": list(self.removed),
                 "changed": [s.to_dict() for s in self.changed()],
             },
             "nodes": [n.to_dict() for n in self.worst_nodes()],
@@ -331,12 +371,12 @@ class Comparison:
 
 
 def compare(
-    baseline: Mapping[str, Any],
-    candidate: Mapping[str, Any],
+    baseline: _Fields,
+    candidate: _Fields,
     *,
     alpha: float = DEFAULT_ALPHA,
     regression_max: float | None = 0.0,
-    baseline_ref: Mapping[str, Any] | None = None,
+    baseline_ref: Mapping[str, JSONValue] | None = None,
 ) -> Comparison:
     """Compare two summaries of one family; *regression_max* None leaves the gate term off."""
     if not 0.0 < alpha < 1.0:
@@ -345,17 +385,20 @@ def compare(
     changes: dict[str, ScenarioChange] = {}
     for sid in sorted(set(before) | set(after)):
         b, a = before.get(sid), after.get(sid)
+        either = a or b
         changes[sid] = ScenarioChange(
             id=sid,
-            article=(a or b or {}).get("article", ""),
-            pillar=(a or b or {}).get("pillar", ""),
-            before_verdict=b["verdict"] if b else None,
-            after_verdict=a["verdict"] if a else None,
-            before_score=b["score"] if b else None,
-            after_score=a["score"] if a else None,
+            article=either.article if either else "",
+            pillar=either.pillar if either else "",
+            before_verdict=b.verdict if b else None,
+            after_verdict=a.verdict if a else None,
+            before_score=b.score if b else None,
+            after_score=a.score if a else None,
         )
 
-    def delta(level: str, nid: str, title: str, ids: Sequence[str], b: Any, a: Any) -> NodeDelta:
+    def delta(
+        level: str, nid: str, title: str, ids: Sequence[str], b: float | None, a: float | None
+    ) -> NodeDelta:
         under = [changes[i] for i in dict.fromkeys(ids) if i in changes]
         return NodeDelta(
             level=level,
@@ -373,14 +416,12 @@ def compare(
     b_nodes, a_nodes = _aggregate_index(baseline), _aggregate_index(candidate)
     for key in [k for k in a_nodes if k in b_nodes]:
         level, nid = key
-        ids = [*a_nodes[key]["scenarios"], *b_nodes[key]["scenarios"]]
+        ids = [*a_nodes[key].scenarios, *b_nodes[key].scenarios]
         nodes.append(
-            delta(
-                level, nid, a_nodes[key]["title"], ids, b_nodes[key]["score"], a_nodes[key]["score"]
-            )
+            delta(level, nid, a_nodes[key].title, ids, b_nodes[key].score, a_nodes[key].score)
         )
     for suite in _suites(candidate):
-        ids = [str(i) for i in suite.get("members") or ()]
+        ids = _texts(suite.get("members"))
         metric = str(suite.get("metric") or "mean_score")
         nodes.append(
             delta(
@@ -410,7 +451,8 @@ def compare(
 
     regression = _regression(nodes, changes, alpha, regression_max)
     ref = dict(baseline_ref or {})
-    ref.setdefault("run_id", baseline.get("run_id"))
+    run_id = baseline.get("run_id")
+    ref.setdefault("run_id", run_id if isinstance(run_id, str) else None)
     return Comparison(ref, tuple(changes.values()), tuple(nodes), regression, tuple(notes))
 
 
@@ -445,17 +487,17 @@ def _regression(
     )
 
 
-def _score(value: Any) -> str:
+def _score(value: object) -> str:
     number = _num(value)
     return "  -  " if number is None else format_score(number)
 
 
-def _signed(value: Any) -> str:
+def _signed(value: object) -> str:
     number = _num(value)
     return "  -  " if number is None else f"{number:+.3f}"
 
 
-def _p(value: Any) -> str:
+def _p(value: object) -> str:
     number = _num(value)
     return "-" if number is None else f"{number:.3f}"
 
@@ -489,7 +531,7 @@ def regression_sentence(regression: Regression, run_label: str) -> str:
 # job summary and ``agenteval compare`` show the same thing from one source.
 
 
-def summary_fields(comparison: Comparison, baseline_ref: Mapping[str, Any]) -> dict[str, Any]:
+def summary_fields(comparison: Comparison, baseline_ref: Mapping[str, JSONValue]) -> JSONObject:
     """The summary.json keys a comparison adds: ``baseline``, ``regression``, ``comparison``."""
     return {
         "baseline": dict(baseline_ref),
@@ -498,11 +540,11 @@ def summary_fields(comparison: Comparison, baseline_ref: Mapping[str, Any]) -> d
     }
 
 
-def _rows(data: Mapping[str, Any]) -> list[tuple[str, ...]]:
+def _rows(data: _Fields) -> list[tuple[str, ...]]:
     """(level, node, before, after, change, worse/better, p) rows, worst first."""
-    comp = data.get("comparison") or {}
+    comp = _fields(data.get("comparison"))
     rows: list[tuple[str, ...]] = []
-    for n in comp.get("nodes") or ():
+    for n in _objects(comp.get("nodes")):
         drop = _num(n.get("drop"))
         rows.append(
             (
@@ -515,8 +557,8 @@ def _rows(data: Mapping[str, Any]) -> list[tuple[str, ...]]:
                 _p(n.get("p_value")),
             )
         )
-    for sc in (comp.get("scenarios") or {}).get("changed") or ():
-        before, after = sc.get("before") or {}, sc.get("after") or {}
+    for sc in _objects(_fields(comp.get("scenarios")).get("changed")):
+        before, after = _fields(sc.get("before")), _fields(sc.get("after"))
         rows.append(
             (
                 "scenario",
@@ -534,19 +576,19 @@ def _rows(data: Mapping[str, Any]) -> list[tuple[str, ...]]:
 _HEADER = ("level", "node", "before", "after", "change", "worse/better", "p")
 
 
-def _counts_line(data: Mapping[str, Any]) -> str:
-    sc = (data.get("comparison") or {}).get("scenarios") or {}
-    reg = data.get("regression") or {}
+def _counts_line(data: _Fields) -> str:
+    sc = _fields(_fields(data.get("comparison")).get("scenarios"))
+    reg = _fields(data.get("regression"))
     return (
         f"{sc.get('shared', 0)} scenarios compared · {sc.get('worse', 0)} worse · "
         f"{sc.get('better', 0)} better · {sc.get('unchanged', 0)} unchanged · "
-        f"newly failing {len(reg.get('newly_failing') or ())} · "
-        f"fixed {len(reg.get('fixed') or ())}"
+        f"newly failing {len(_texts(reg.get('newly_failing')))} · "
+        f"fixed {len(_texts(reg.get('fixed')))}"
     )
 
 
-def _verdict_line(data: Mapping[str, Any]) -> str:
-    reg = data.get("regression") or {}
+def _verdict_line(data: _Fields) -> str:
+    reg = _fields(data.get("regression"))
     if reg.get("max_drop") is None:
         return "regression: nothing to compare"
     drop = _num(reg.get("max_drop")) or 0.0
@@ -563,9 +605,9 @@ def _verdict_line(data: Mapping[str, Any]) -> str:
     return f"regression: ok — largest drop {where} is {state} ({test}; {bound_text})"
 
 
-def comparison_text(data: Mapping[str, Any]) -> list[str]:
+def comparison_text(data: _Fields) -> list[str]:
     """Terminal lines (no colour) for a summary that has a ``comparison``."""
-    ref = data.get("baseline") or {}
+    ref = _fields(data.get("baseline"))
     head = str(ref.get("chain_head") or "")
     lines = [
         f"compared with baseline {ref.get('path') or ref.get('run_id')}"
@@ -580,19 +622,20 @@ def comparison_text(data: Mapping[str, Any]) -> list[str]:
             lines.append("  " + "  ".join(cells).rstrip())
     else:
         lines.append("  nothing changed")
-    reg = data.get("regression") or {}
-    if reg.get("newly_failing"):
-        lines.append(f"  newly failing: {_named(list(reg['newly_failing']))}")
-    if reg.get("fixed"):
-        lines.append(f"  fixed: {_named(list(reg['fixed']))}")
+    reg = _fields(data.get("regression"))
+    newly_failing, fixed = _texts(reg.get("newly_failing")), _texts(reg.get("fixed"))
+    if newly_failing:
+        lines.append(f"  newly failing: {_named(newly_failing)}")
+    if fixed:
+        lines.append(f"  fixed: {_named(fixed)}")
     lines.append(f"  {_verdict_line(data)}")
-    lines += [f"  note: {n}" for n in (data.get("comparison") or {}).get("notes") or ()]
+    lines += [f"  note: {n}" for n in _texts(_fields(data.get("comparison")).get("notes"))]
     return lines
 
 
-def comparison_markdown(data: Mapping[str, Any], *, heading: str = "###") -> str:
+def comparison_markdown(data: _Fields, *, heading: str = "###") -> str:
     """GitHub-flavoured Markdown for a summary that has a ``comparison``."""
-    ref = data.get("baseline") or {}
+    ref = _fields(data.get("baseline"))
     out = [f"{heading} Compared with baseline", ""]
     line = f"Baseline run `{_md(str(ref.get('run_id') or '')[:16])}`"
     if ref.get("path"):
@@ -612,31 +655,28 @@ def comparison_markdown(data: Mapping[str, Any], *, heading: str = "###") -> str
         ]
     else:
         out.append("_Nothing changed._")
-    reg = data.get("regression") or {}
-    if reg.get("newly_failing"):
-        out += ["", "Newly failing: " + ", ".join(f"`{_md(i)}`" for i in reg["newly_failing"])]
-    if reg.get("fixed"):
-        out += ["", "Fixed: " + ", ".join(f"`{_md(i)}`" for i in reg["fixed"])]
-    for note in (data.get("comparison") or {}).get("notes") or ():
+    reg = _fields(data.get("regression"))
+    newly_failing, fixed = _texts(reg.get("newly_failing")), _texts(reg.get("fixed"))
+    if newly_failing:
+        out += ["", "Newly failing: " + ", ".join(f"`{_md(i)}`" for i in newly_failing)]
+    if fixed:
+        out += ["", "Fixed: " + ", ".join(f"`{_md(i)}`" for i in fixed)]
+    for note in _texts(_fields(data.get("comparison")).get("notes")):
         out += ["", f"> {_md(note)}"]
     return "\n".join(out) + "\n"
 
 
-def report_view(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+def report_view(summary: _Fields) -> JSONObject | None:
     """What both reports show of the pull-request check (None when the run has none of it).
 
     ``markdown`` is ready for report.md (escaped here); the rest is plain
     text for report.html, which escapes it.
     """
-    suites = summary.get("suites") if isinstance(summary.get("suites"), Mapping) else None
+    suites = _fields(summary.get("suites"))
     has_comparison = isinstance(summary.get("comparison"), Mapping)
-    if (
-        not (suites and suites.get("items"))
-        and not has_comparison
-        and not summary.get("baseline_note")
-    ):
+    if not suites.get("items") and not has_comparison and not summary.get("baseline_note"):
         return None
-    view: dict[str, Any] = {
+    view: JSONObject = {
         "suites": [
             {
                 "name": str(s.get("name")),
@@ -647,17 +687,17 @@ def report_view(summary: Mapping[str, Any]) -> dict[str, Any] | None:
                 "suite_min": None if s.get("suite_min") is None else _score(s.get("suite_min")),
                 "required": bool(s.get("required")),
                 "status": str(s.get("status")),
-                "scenarios": s.get("scenarios", 0),
+                "scenarios": _count(s.get("scenarios")),
             }
-            for s in (suites or {}).get("items") or ()
+            for s in _objects(suites.get("items"))
         ],
-        "bench": _score((suites or {}).get("bench")),
+        "bench": _score(suites.get("bench")),
         "baseline_note": str(summary.get("baseline_note") or ""),
         "comparison": None,
     }
     if has_comparison:
-        ref = summary.get("baseline") or {}
-        reg = summary.get("regression") or {}
+        ref = _fields(summary.get("baseline"))
+        reg = _fields(summary.get("regression"))
         view["comparison"] = {
             "markdown": comparison_markdown(summary, heading="###"),
             "run_id": str(ref.get("run_id") or ""),
@@ -668,8 +708,17 @@ def report_view(summary: Mapping[str, Any]) -> dict[str, Any] | None:
             "counts": _counts_line(summary),
             "header": list(_HEADER),
             "rows": [list(r) for r in _rows(summary)],
-            "newly_failing": [str(i) for i in reg.get("newly_failing") or ()],
-            "fixed": [str(i) for i in reg.get("fixed") or ()],
-            "notes": [str(n) for n in (summary.get("comparison") or {}).get("notes") or ()],
+            "newly_failing": _json_texts(reg.get("newly_failing")),
+            "fixed": _json_texts(reg.get("fixed")),
+            "notes": _json_texts(_fields(summary.get("comparison")).get("notes")),
         }
     return view
+
+
+def _count(value: object) -> int:
+    """A count from a summary; 0 when it is missing or not a whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _json_texts(value: object) -> list[JSONValue]:
+    return list(_texts(value))

@@ -23,7 +23,6 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -95,14 +94,19 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    recorded: dict[str, Any] = dict(cand.summary.get("regression") or {})
-    bound = args.regression_max
+    recorded = cand.summary.get("regression")
+    if not isinstance(recorded, dict):
+        recorded = {}
+    bound: float | None = args.regression_max
     if bound is None:
-        bound = recorded.get("regression_max")
-        bound = 0.0 if bound is None else float(bound)
-    alpha = args.regression_alpha
+        recorded_bound = recorded.get("regression_max")
+        bound = float(recorded_bound) if isinstance(recorded_bound, int | float) else 0.0
+    alpha: float | None = args.regression_alpha
     if alpha is None:
-        alpha = float(recorded.get("alpha") or DEFAULT_ALPHA)
+        recorded_alpha = recorded.get("alpha")
+        alpha = DEFAULT_ALPHA
+        if isinstance(recorded_alpha, int | float) and recorded_alpha:
+            alpha = float(recorded_alpha)
     if not 0.0 < alpha < 1.0:
         print("agenteval compare: --regression-alpha must be above 0 and below 1", file=sys.stderr)
         return EXIT_USAGE

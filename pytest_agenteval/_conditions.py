@@ -47,12 +47,19 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypeAlias
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
-from ._vocab import ConfigError
+from ._vocab import ConfigError, JSONObject, JSONValue, SpecError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from ._evals import EvalResult
+    from ._mcp import Toolbox
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -61,6 +68,18 @@ _SECRETISH = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL)", r
 DEFAULT_STARTUP_TIMEOUT = 30.0
 #: Largest system prompt a conditions file may name or hold.
 MAX_PROMPT_BYTES = 256 * 1024
+
+
+#: What tells two MCP servers apart (:attr:`McpServerSpec.key`).
+ServerKey: TypeAlias = tuple[
+    str,  # name
+    str | None,  # command
+    tuple[str, ...],  # args
+    tuple[tuple[str, str], ...],  # env
+    str | None,  # cwd
+    str | None,  # url
+    tuple[tuple[str, str], ...],  # headers
+]
 
 
 class ConditionError(ConfigError, ValueError):
@@ -154,7 +173,7 @@ class McpServerSpec:
         return "stdio" if self.command is not None else "streamable-http"
 
     @property
-    def key(self) -> tuple[Any, ...]:
+    def key(self) -> ServerKey:
         """Two conditions naming the same server (same everything) share one process."""
         return (
             self.name,
@@ -166,18 +185,18 @@ class McpServerSpec:
             self.headers,
         )
 
-    def describe(self, reported: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def describe(self, reported: Mapping[str, JSONValue] | None = None) -> JSONObject:
         """What the manifest records: never an env or header value, never URL userinfo."""
         from .evidence._redact import endpoint
 
-        out: dict[str, Any] = {"name": self.name, "transport": self.transport}
+        out: JSONObject = {"name": self.name, "transport": self.transport}
         if self.command is not None:
             out["command"] = self.command
-            out["args"] = mask_args(self.args)
-            out["env"] = sorted(k for k, _ in self.env)  # names only
+            out["args"] = [*mask_args(self.args)]
+            out["env"] = [k for k, _ in sorted(self.env)]  # names only
         else:
             out["url"] = endpoint(str(self.url))  # no userinfo, query or fragment
-            out["headers"] = sorted(k for k, _ in self.headers)  # names only
+            out["headers"] = [k for k, _ in sorted(self.headers)]  # names only
         reported = reported or {}
         out["server"] = reported.get("server")  # name/version from the initialize result
         out["protocol_version"] = reported.get("protocol_version")
@@ -216,13 +235,13 @@ class Condition:
     file: str | None = None
     mcp_servers: tuple[McpServerSpec, ...] = ()
     #: The live tools of this condition's servers in this process (set once they started).
-    toolbox: Any = field(default=None, compare=False, repr=False)
+    toolbox: Toolbox | None = field(default=None, compare=False, repr=False)
 
-    def attach(self, toolbox: Any) -> None:
+    def attach(self, toolbox: Toolbox | None) -> None:
         """Give the condition its servers' tools once they are running (per process)."""
         object.__setattr__(self, "toolbox", toolbox)
 
-    def describe(self, reported: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def describe(self, reported: Mapping[str, Mapping[str, JSONValue]] | None = None) -> JSONObject:
         """What the manifest records (the prompt's hash, not its text).
 
         *reported*: server name -> what the running server said of itself
@@ -274,7 +293,7 @@ def parse_conditions(specs: Iterable[str], base: Path) -> list[Condition]:
 def load_conditions_file(path: Path, environ: Mapping[str, str] | None = None) -> list[Condition]:
     """The conditions of a YAML file, validated; problems are ``SpecError``\\ s with file:line."""
     from ._family import validate
-    from ._yaml import LineDict, LineList, SpecError, load_yaml, read_limited
+    from ._yaml import LineDict, LineList, load_yaml, read_limited
 
     environ = os.environ if environ is None else environ
     data = load_yaml(path)
@@ -282,7 +301,7 @@ def load_conditions_file(path: Path, environ: Mapping[str, str] | None = None) -
     folder = path.resolve().parent
     items = data["conditions"] if isinstance(data, LineDict) else LineList()
 
-    def line(node: Any, key: str | None = None) -> int | None:
+    def line(node: object, key: str | None = None) -> int | None:
         if isinstance(node, LineDict):
             return node.key_lines.get(key, node.line) if key else node.line or None
         return None
@@ -324,7 +343,10 @@ def load_conditions_file(path: Path, environ: Mapping[str, str] | None = None) -
             )
 
             def expand(
-                values: Mapping[str, str], key: str, snode: Any = snode, server: Any = server
+                values: Mapping[str, str],
+                key: str,
+                snode: object = snode,
+                server: McpServerModel = server,
             ) -> tuple[tuple[str, str], ...]:
                 done = []
                 for name, value in values.items():
@@ -406,13 +428,13 @@ def sign_test_two_sided(better: int, worse: int) -> float:
     if n == 0:
         return 1.0
     k = min(better, worse)
-    tail = math.fsum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    tail = math.fsum(math.comb(n, i) for i in range(k + 1)) / (1 << n)
     return min(1.0, 2 * tail)
 
 
 def _boot_means(
-    samples: Sequence[Sequence[float]], resamples: int, rng: Any
-) -> Any:  # numpy array (n scenarios × resamples)
+    samples: Sequence[Sequence[float]], resamples: int, rng: np.random.Generator
+) -> NDArray[np.float64]:  # n scenarios × resamples
     """For each scenario, *resamples* bootstrap means of its samples (itself when it has one)."""
     import numpy as np
 
@@ -427,7 +449,9 @@ def _boot_means(
     return np.vstack(rows) if rows else np.zeros((0, resamples))
 
 
-def _interval(per_scenario: Any, resamples: int, rng: Any, confidence: float) -> list[float]:
+def _interval(
+    per_scenario: NDArray[np.float64], resamples: int, rng: np.random.Generator, confidence: float
+) -> list[JSONValue]:
     """Percentile interval of the mean over scenarios: scenarios resampled with replacement,
     each drawn scenario contributing its (already resampled) sample mean."""
     import numpy as np
@@ -455,7 +479,7 @@ def compare_conditions(
     resamples: int = RESAMPLES,
     seed: int = SEED,
     confidence: float = CONFIDENCE,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Each condition per pillar (and overall) against the FIRST condition.
 
     For each group (``overall``, then each pillar in order of appearance):
@@ -488,10 +512,10 @@ def compare_conditions(
         for key in [*cond.pillars, *(p for p, _ in cond.scenarios.values())]:
             if key not in pillars:
                 pillars.append(key)
-    groups: list[dict[str, Any]] = []
+    groups: list[JSONValue] = []
     group_keys: list[str | None] = [None, *pillars]
     for pillar in group_keys:
-        rows = []
+        rows: list[JSONValue] = []
         for index, cond in enumerate(conditions):
             rng = np.random.default_rng([seed, index, len(groups)])
             graded = {
@@ -499,7 +523,7 @@ def compare_conditions(
                 for sid, (p, values) in cond.scenarios.items()
                 if values and (pillar is None or p == pillar)
             }
-            row: dict[str, Any] = {
+            row: JSONObject = {
                 "condition": cond.name,
                 "score": _score(cond.score if pillar is None else cond.pillars.get(pillar)),
                 "scenarios": len(graded),
@@ -541,9 +565,9 @@ def _difference(
     cond: ConditionScores,
     pillar: str | None,
     resamples: int,
-    rng: Any,
+    rng: np.random.Generator,
     confidence: float,
-) -> dict[str, Any]:
+) -> JSONObject:
     pairs = []
     for sid, (p, values) in cond.scenarios.items():
         if pillar is not None and p != pillar:
@@ -551,38 +575,42 @@ def _difference(
         ref = first.scenarios.get(sid)
         if values and ref is not None and ref[1]:
             pairs.append((ref[1], values))
-    out: dict[str, Any] = {
-        "paired_scenarios": len(pairs),
-        "mean": None,
-        "ci": None,
-        "better": 0,
-        "worse": 0,
-        "ties": 0,
-        "p_value": None,
-        "significant": False,
-    }
     if not pairs:
-        return out
+        return {
+            "paired_scenarios": 0,
+            "mean": None,
+            "ci": None,
+            "better": 0,
+            "worse": 0,
+            "ties": 0,
+            "p_value": None,
+            "significant": False,
+        }
     diffs = [_mean(b) - _mean(a) for a, b in pairs]
     tol = 1e-9
-    out["better"] = sum(1 for d in diffs if d > tol)
-    out["worse"] = sum(1 for d in diffs if d < -tol)
-    out["ties"] = len(diffs) - out["better"] - out["worse"]
-    out["mean"] = _r(_mean(diffs))
+    better = sum(1 for d in diffs if d > tol)
+    worse = sum(1 for d in diffs if d < -tol)
     boot_a = _boot_means([a for a, _ in pairs], resamples, rng)
     boot_b = _boot_means([b for _, b in pairs], resamples, rng)
-    out["ci"] = _interval(boot_b - boot_a, resamples, rng, confidence)
-    out["p_value"] = round(sign_test_two_sided(out["better"], out["worse"]), 6)
-    out["significant"] = sign_test_two_sided(out["better"], out["worse"]) < ALPHA
-    return out
+    p_value = sign_test_two_sided(better, worse)
+    return {
+        "paired_scenarios": len(pairs),
+        "mean": _r(_mean(diffs)),
+        "ci": _interval(boot_b - boot_a, resamples, rng, confidence),
+        "better": better,
+        "worse": worse,
+        "ties": len(diffs) - better - worse,
+        "p_value": round(p_value, 6),
+        "significant": p_value < ALPHA,
+    }
 
 
-def scores_of(name: str, tree: Any) -> ConditionScores:
+def scores_of(name: str, tree: EvalResult | None) -> ConditionScores:
     """A condition's :class:`ConditionScores` from its result tree (benchmark ▸ pillar ▸ …)."""
     pillars: dict[str, float | None] = {}
     scenarios: dict[str, tuple[str, tuple[float, ...]]] = {}
 
-    def walk(node: Any, pillar: str | None) -> None:
+    def walk(node: EvalResult, pillar: str | None) -> None:
         if node.kind == "pillar":
             pillar = node.key
             pillars[node.key] = node.score

@@ -74,10 +74,11 @@ def _rate(rates: Mapping[str, tuple[float, float]], model: str) -> tuple[float, 
     return rates[best] if best else None
 
 
-def cost_of(
-    model: str | None, usage: Mapping[str, int] | None, rates: Mapping[str, tuple[float, float]]
-) -> Cost:
-    usage = usage or {}
+def cost_of(model: str | None, usage: object, rates: Mapping[str, tuple[float, float]]) -> Cost:
+    """What *usage* (``prompt_tokens``/``completion_tokens``, as a subject or a judge
+    reported it; anything but a mapping counts as none) cost at *model*'s rate."""
+    if not isinstance(usage, Mapping):
+        usage = {}
     p = _tokens(usage.get("prompt_tokens"))
     c = _tokens(usage.get("completion_tokens"))
     if not p and not c:
@@ -108,12 +109,21 @@ def _tokens(value: object) -> int:
 
 
 def add(a: Mapping[str, object], b: Cost) -> dict[str, object]:
+    """The total *a* (``usd``, ``prompt_tokens``, ``completion_tokens``, as this returns it)
+    plus *b*; ``usd`` is None once a part of it had no known price."""
     usd_a, usd_b = a.get("usd", 0.0), b.usd
     return {
-        "usd": None if usd_a is None or usd_b is None else float(usd_a) + usd_b,  # type: ignore[arg-type]
-        "prompt_tokens": int(a.get("prompt_tokens", 0)) + b.prompt_tokens,  # type: ignore[call-overload]
-        "completion_tokens": int(a.get("completion_tokens", 0)) + b.completion_tokens,  # type: ignore[call-overload]
+        "usd": None if usd_a is None or usd_b is None else float(_figure(usd_a)) + usd_b,
+        "prompt_tokens": int(_figure(a.get("prompt_tokens", 0))) + b.prompt_tokens,
+        "completion_tokens": int(_figure(a.get("completion_tokens", 0))) + b.completion_tokens,
     }
+
+
+def _figure(value: object) -> str | int | float:
+    """A figure of a total this module made (a number, or its text)."""
+    if isinstance(value, str | int | float):
+        return value
+    raise TypeError(f"cost total: {type(value).__name__} is not a number")
 
 
 class Budget:

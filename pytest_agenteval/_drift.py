@@ -70,9 +70,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NoReturn, TypeAlias
 
-from ._vocab import ConfigError
+from ._vocab import ConfigError, JSONObject, JSONValue
 
 __all__ = [
     "EXIT_BREACH",
@@ -100,6 +100,7 @@ METRICS = ("score", "accuracy", "kappa", "ece")
 WARN_SIGMA, BREACH_SIGMA = 2.0, 3.0
 _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DIGITS = 6
+Status: TypeAlias = Literal["ok", "warn", "breach", "insufficient"]
 
 
 class DriftError(ConfigError):
@@ -166,7 +167,7 @@ class Collected:
     series: tuple[str, str, str | None] | None = None
 
 
-def _time(text: Any) -> datetime | None:
+def _time(text: object) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
@@ -176,25 +177,29 @@ def _time(text: Any) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def _pillar_score(nodes: Any, pillar: str) -> float | None:
-    stack = list(nodes) if isinstance(nodes, list) else []
+def _pillar_score(nodes: object, pillar: str) -> float | None:
+    stack: list[object] = list(nodes) if isinstance(nodes, list) else []
     while stack:
         node = stack.pop()
         if not isinstance(node, Mapping):
             continue
         if node.get("kind") == "pillar" and node.get("id") == pillar:
             return _number(node.get("score"))
-        stack.extend(node.get("children") or [])
+        children = node.get("children")
+        if isinstance(children, list):
+            stack.extend(children)
     return None
 
 
-def _metric(run: Path, summary: Mapping[str, Any], metric: str, pillar: str | None) -> float | str:
+def _metric(
+    run: Path, summary: Mapping[str, JSONValue], metric: str, pillar: str | None
+) -> float | str:
     """The run's value, or why it has none."""
     if metric == "score":
         if summary.get("pairwise"):
@@ -207,16 +212,22 @@ def _metric(run: Path, summary: Mapping[str, Any], metric: str, pillar: str | No
         if value is None:
             return f"no score{f' for pillar {pillar!r}' if pillar else ''}"
         return value
-    from ._baseline import _read_small, _Unreadable
+    from .evidence._chain import _read_small, _Unreadable
 
     try:
         raw = _read_small(run / "calibration.json")
-        report = json.loads(raw.decode("utf-8"))
+        report: JSONValue = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         return f"not a calibration run (no calibration.json for {metric})"
     except (OSError, _Unreadable, UnicodeDecodeError, ValueError):
         return "calibration.json unreadable"
-    group = (report.get("pillars") or {}).get(pillar) if pillar else report.get("overall")
+    if not isinstance(report, dict):
+        return "calibration.json unreadable"
+    if pillar:
+        pillars = report.get("pillars")
+        group = pillars.get(pillar) if isinstance(pillars, dict) else None
+    else:
+        group = report.get("overall")
     if not isinstance(group, Mapping):
         return f"no pillar {pillar!r} in calibration.json" if pillar else "no overall group"
     value = _number(group.get(metric))
@@ -256,7 +267,10 @@ def collect(
         for run in sorted(subject_dir.iterdir())
         if run.is_dir() and not run.is_symlink() and is_run_dir(run)
     )
-    shown = lambda p: p.relative_to(out_dir).as_posix()  # noqa: E731
+
+    def shown(path: Path) -> str:
+        return path.relative_to(out_dir).as_posix()
+
     points: list[Point] = []
     for run in candidates:
         before = _read_summary(run)
@@ -273,7 +287,7 @@ def collect(
             )
             continue
         summary = _read_summary(run)
-        started = _time((summary or {}).get("started_at"))
+        started = _time(summary.get("started_at") if summary is not None else None)
         if summary is None or summary != before or started is None:
             found.skipped.append({"path": shown(run), "reason": "no usable summary.json"})
             continue
@@ -281,6 +295,7 @@ def collect(
         if isinstance(value, str):
             found.skipped.append({"path": shown(run), "reason": value})
             continue
+        run_condition = summary.get("condition")
         point = Point(
             run,
             str(summary.get("run_id") or ""),
@@ -288,7 +303,7 @@ def collect(
             value,
             str(summary.get("subject") or ""),
             str(summary.get("preset") or ""),
-            summary.get("condition") or None,
+            str(run_condition) if run_condition else None,
         )
         if (
             (subject is not None and point.subject != subject)
@@ -452,7 +467,7 @@ class Report:
     collected: Collected
     baseline: Baseline | None
     currents: list[Current]
-    status: Literal["ok", "warn", "breach", "insufficient"]
+    status: Status
     notes: list[str]
 
     @property
@@ -487,7 +502,7 @@ def evaluate(
     points = collected.points
     notes = list(collected.notes)
 
-    def report(status: Any, base: Baseline | None, currents: list[Current]) -> Report:
+    def report(status: Status, base: Baseline | None, currents: list[Current]) -> Report:
         return Report(
             family,
             metric,
@@ -567,18 +582,14 @@ def _rel(p: Point, out_dir: Path | None) -> str:
     return str(p.path)
 
 
-def to_json(report: Report, out_dir: Path | None = None) -> dict[str, Any]:
+def to_json(report: Report, out_dir: Path | None = None) -> JSONObject:
     """The ``--format=json`` document (schema ``pytest-agenteval/drift/1``)."""
     c = report.collected
     base = report.baseline
-    role: dict[Path, str] = {}
-    if base is not None:
-        role.update({p.path: "baseline" for p in base.runs})
-    for cur in report.currents:
-        role.update({p.path: f"current {cur.index}" for p in cur.points})
+    role = _roles(report)
     usable = base is not None and base.filled >= 2
 
-    def span(value: tuple[datetime, datetime] | None) -> dict[str, str]:
+    def span(value: tuple[datetime, datetime] | None) -> JSONObject:
         return {"from": _iso(value[0]), "to": _iso(value[1])} if value else {}
 
     series = c.series
@@ -632,9 +643,19 @@ def to_json(report: Report, out_dir: Path | None = None) -> dict[str, Any]:
             }
             for p in c.points
         ],
-        "skipped": list(c.skipped),
+        "skipped": [dict(s) for s in c.skipped],
         "notes": list(report.notes),
     }
+
+
+def _roles(report: Report) -> dict[Path, str]:
+    """Each run's window: ``baseline`` or ``current K``."""
+    role: dict[Path, str] = {}
+    if report.baseline is not None:
+        role.update({p.path: "baseline" for p in report.baseline.runs})
+    for cur in report.currents:
+        role.update({p.path: f"current {cur.index}" for p in cur.points})
+    return role
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -825,20 +846,24 @@ def render_svg(report: Report) -> str:
 
 def render_html(report: Report, out_dir: Path | None = None) -> str:
     """One self-contained page: the status, the text report, the chart and its tables."""
-    data = to_json(report, out_dir)
     e = html.escape
+    # the numbers as --format=json rounds them (_r), so the page and the JSON agree
     rows = "".join(
-        f"<tr><td>{c['index']}</td><td>{len(c['runs'])}</td><td>{_f(c['mean'])}</td>"
-        f"<td>{'inf' if c['sigma_infinite'] else _f(c['sigma'], 2)}</td><td>{e(c['level'])}</td></tr>"
-        for c in data["current"]
+        f"<tr><td>{c.index}</td><td>{len(c.points)}</td><td>{_f(_r(c.mean))}</td>"
+        f"<td>{'inf' if c.sigma is not None and math.isinf(c.sigma) else _f(_r(c.sigma), 2)}"
+        f"</td><td>{e(c.level)}</td></tr>"
+        for c in report.currents
     )
+    role = _roles(report)
     runs = "".join(
-        f"<tr><td>{e(r['started_at'])}</td><td>{e(r['path'])}</td><td>{_f(r['value'])}</td>"
-        f"<td>{e(r['window'] or '')}</td></tr>"
-        for r in data["runs"]
+        f"<tr><td>{e(_iso(p.started))}</td><td>{e(_rel(p, out_dir))}</td><td>{_f(_r(p.value))}"
+        f"</td><td>{e(role.get(p.path) or '')}</td></tr>"
+        for p in report.collected.points
     )
-    skipped = "".join(f"<li>{e(s['path'])}: {e(s['reason'])}</li>" for s in data["skipped"])
-    notes = "".join(f"<li>{e(n)}</li>" for n in data["notes"])
+    skipped = "".join(
+        f"<li>{e(s['path'])}: {e(s['reason'])}</li>" for s in report.collected.skipped
+    )
+    notes = "".join(f"<li>{e(n)}</li>" for n in report.notes)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Drift · {e(report.family)} · {e(report.metric)}</title>
@@ -865,7 +890,7 @@ pre{{white-space:pre-wrap}}</style>
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would exit 2: that is BREACH here
+    def error(self, message: str) -> NoReturn:  # argparse would exit 2: that is BREACH here
         raise DriftError(message)
 
 

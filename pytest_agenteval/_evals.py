@@ -23,10 +23,11 @@ the worst of them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 from ._checks import Answer, Check
 from ._vocab import (
@@ -47,6 +48,9 @@ from ._vocab import (
     score_severity,
     worst_severity,
 )
+
+if TYPE_CHECKING:
+    from .judges._base import Judge
 
 __all__ = [
     "AGGREGATIONS",
@@ -101,14 +105,22 @@ class CriterionResult:
     criterion: str
     met: bool | None  # None: this judge did not assess it
     reasoning: str = ""
-    check: dict[str, Any] | None = None
+    check: dict[str, object] | None = None  # Check.to_dict() of the check that decided it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CriterionResult:
-        return cls(data["criterion"], data["met"], data.get("reasoning", ""), data.get("check"))
+    def from_dict(cls, data: Mapping[str, object]) -> CriterionResult:
+        met, check = data["met"], data.get("check")
+        if met is not None and not isinstance(met, bool):
+            raise TypeError(f"criterion result: met is {type(met).__name__}, not a bool")
+        return cls(
+            _text(data["criterion"]),
+            met,
+            _text(data.get("reasoning", "")),
+            None if check is None else dict(_mapping(check)),
+        )
 
 
 @dataclass(frozen=True)
@@ -132,7 +144,9 @@ class EvalResult:
     error: str | None = None
     criteria: tuple[CriterionResult, ...] = ()
     children: tuple[EvalResult, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    #: Judges' details and the scenario's identity; whatever a judge put there is
+    #: made JSON-safe where it is recorded.
+    meta: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         score = self.score
@@ -163,7 +177,7 @@ class EvalResult:
             total[item.verdict] += 1
         return total
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "key": self.key,
             "name": self.name,
@@ -182,23 +196,68 @@ class EvalResult:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EvalResult:
+    def from_dict(cls, data: Mapping[str, object]) -> EvalResult:
+        """The result :meth:`to_dict` gave (a wrong type is a ``TypeError``)."""
+        score, weight = data["score"], data.get("weight", 1.0)
+        if score is not None and not _is_number(score):
+            raise TypeError(f"result {data.get('key')!r}: score is {type(score).__name__}")
+        if not _is_number(weight):
+            raise TypeError(f"result {data.get('key')!r}: weight is {type(weight).__name__}")
         return cls(
-            key=data["key"],
-            name=data["name"],
-            kind=data.get("kind", "eval"),
-            score=data["score"],
-            verdict=data["verdict"],
-            weight=data.get("weight", 1.0),
-            required=data.get("required", False),
-            severity=data.get("severity"),
-            aggregation=data.get("aggregation"),
-            reasoning=data.get("reasoning", ""),
-            error=data.get("error"),
-            criteria=tuple(CriterionResult.from_dict(c) for c in data.get("criteria", ())),
-            children=tuple(cls.from_dict(c) for c in data.get("children", ())),
-            meta=data.get("meta", {}),
+            key=_text(data["key"]),
+            name=_text(data["name"]),
+            kind=_text(data.get("kind", "eval")),
+            score=score,
+            verdict=_verdict(data["verdict"]),
+            weight=weight,
+            required=data.get("required") is True,
+            severity=_optional_text(data.get("severity")),
+            aggregation=_optional_text(data.get("aggregation")),
+            reasoning=_text(data.get("reasoning", "")),
+            error=_optional_text(data.get("error")),
+            criteria=tuple(CriterionResult.from_dict(c) for c in _mappings(data.get("criteria"))),
+            children=tuple(cls.from_dict(c) for c in _mappings(data.get("children"))),
+            meta=_mapping(data.get("meta", {})),
         )
+
+
+# readers of the wire form (a worker's results, a run directory): each value is
+# checked, not assumed
+
+
+def _text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"expected a string, got {type(value).__name__}")
+
+
+def _optional_text(value: object) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _verdict(value: object) -> Verdict:
+    for verdict in VERDICTS:
+        if value == verdict:
+            return verdict
+    raise ValueError(f"unknown verdict {value!r}")
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    if isinstance(value, Mapping):
+        return value
+    raise TypeError(f"expected a mapping, got {type(value).__name__}")
+
+
+def _mappings(value: object) -> list[Mapping[str, object]]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return [_mapping(v) for v in value]
+    raise TypeError(f"expected a list, got {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -208,7 +267,7 @@ class EvalInput:
     prompt: str
     answer: Answer
     expected_behavior: str = ""
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, object] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -287,7 +346,7 @@ def majority_vote(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]
     question is "how often does it pass", not "how well on average".
     """
     ws = _weights(results)
-    share: dict[str, float] = dict.fromkeys(GRADED_VERDICTS, 0.0)
+    share: dict[Verdict, float] = dict.fromkeys(GRADED_VERDICTS, 0.0)
     for w, r in zip(ws, results, strict=True):
         share[r.verdict] += w
     best = max(share.values())
@@ -295,7 +354,7 @@ def majority_vote(results: Sequence[EvalResult]) -> tuple[float, Verdict | None]
         (v for v, s in share.items() if math.isclose(s, best, abs_tol=1e-12)),
         key=VERDICT_RANK.__getitem__,
     )
-    return share["pass"], verdict  # type: ignore[return-value]
+    return share["pass"], verdict
 
 
 def _s(result: EvalResult) -> float:
@@ -361,7 +420,7 @@ class CompositeEval:
         kind: str = "composite",
         version: str = "1",
         category: str = "composite",
-        meta: Mapping[str, Any] | None = None,
+        meta: Mapping[str, object] | None = None,
     ) -> None:
         if aggregation not in AGGREGATIONS:
             raise ValueError(
@@ -419,7 +478,7 @@ def combine_results(
     bands: Bands,
     severity: str | None = None,
     kind: str = "composite",
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
 ) -> EvalResult:
     """The composite rule, on children that already carry their weights.
 
@@ -430,7 +489,8 @@ def combine_results(
     child's verdict is the one it was given under its own bands.
     """
     graded = [c for c in children if c.graded]
-    common = dict(
+    node = functools.partial(
+        EvalResult,
         key=key,
         name=name,
         kind=kind,
@@ -442,7 +502,7 @@ def combine_results(
         errored = any(c.verdict == "error" for c in children)
         verdict: Verdict = "error" if errored else "skipped"
         why = "no component could be graded" if errored else "nothing to grade"
-        return EvalResult(score=None, verdict=verdict, reasoning=why, **common)  # type: ignore[arg-type]
+        return node(score=None, verdict=verdict, reasoning=why)
     raw, override = aggregate(aggregation, graded)
     score = round_score(raw)
     verdict = override or band_verdict(score, bands)
@@ -457,13 +517,7 @@ def combine_results(
             score_severity(score),
             *(c.severity for c in graded if c.verdict == "fail"),
         )
-    return EvalResult(
-        score=score,
-        verdict=verdict,
-        severity=node_severity,
-        reasoning="; ".join(reasons),
-        **common,  # type: ignore[arg-type]
-    )
+    return node(score=score, verdict=verdict, severity=node_severity, reasoning="; ".join(reasons))
 
 
 _WORDS = {"fail": "failed", "warn": "warned"}
@@ -483,9 +537,6 @@ def _bounded(
     return worst
 
 
-JudgeFn = Callable[..., Awaitable[Any]]
-
-
 class AtomicJudgeEval:
     """One judge-graded eval: a judge scores an answer against criteria.
 
@@ -498,7 +549,7 @@ class AtomicJudgeEval:
 
     def __init__(
         self,
-        judge: Any,
+        judge: Judge,
         key: str,
         name: str,
         criteria: Sequence[str | tuple[str, Check | None]],
@@ -507,7 +558,7 @@ class AtomicJudgeEval:
         severity: str | None = None,
         version: str = "1",
         category: str = "judge",
-        rubric_context: Mapping[str, Any] | None = None,
+        rubric_context: Mapping[str, object] | None = None,
     ) -> None:
         from .judges._base import criteria_from
 

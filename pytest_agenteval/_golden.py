@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Literal, NoReturn, TypedDict, get_args
 
 from pydantic import (
     BaseModel,
@@ -37,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._vocab import GradedVerdict, SpecError
+from ._vocab import GradedVerdict, JSONObject, JSONValue, SpecError
 from ._yaml import (
     MAX_DEPTH,
     describe_key,
@@ -81,7 +81,7 @@ class _Entry(BaseModel):
     adversarial: Adversarial | None = None
     split: Literal["calibration", "holdout"] = "calibration"
     labels: list[GradedVerdict] = Field(default_factory=list)
-    provenance: dict[str, Any] | StrictStr | None = None
+    provenance: dict[str, object] | StrictStr | None = None
 
     @model_validator(mode="after")
     def _band(self) -> _Entry:
@@ -123,7 +123,7 @@ class GoldenEntry:
     adversarial: str | None
     split: str
     labels: tuple[str, ...]
-    provenance: Any
+    provenance: dict[str, object] | str | None
     path: Path
     line: int
     source_format: str = "agenteval-pytest"
@@ -143,8 +143,8 @@ class GoldenFile:
     entries: list[GoldenEntry] = field(default_factory=list)
 
 
-def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _strict_pairs(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
+    out: JSONObject = {}
     for key, value in pairs:
         if key in out:
             raise ValueError(f"duplicate key {describe_key(key)}")
@@ -152,17 +152,21 @@ def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _no_constants(name: str) -> Any:
+def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON here")
 
 
-def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+def _too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
     """Whether arrays and objects in *value* nest more than *limit* levels (no recursion)."""
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if not isinstance(item, dict | list):
+        children: Iterable[object]
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
             continue
         if depth > limit:
             return True
@@ -368,7 +372,19 @@ def triage(golden: GoldenFile, family: Family) -> list[Triage]:
     return out
 
 
-def triage_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+class SkippedCounts(TypedDict):
+    total: int
+    by_reason: dict[str, int]
+
+
+class TriageCounts(TypedDict):
+    """What calibration.json says of the entries triage set apart."""
+
+    skipped: SkippedCounts
+    prompt_mismatch: int
+
+
+def triage_summary(rows: Iterable[Mapping[str, object]]) -> TriageCounts:
     """Counts for calibration.json and the terminal from calibration records.
 
     ``skipped``: entries not graded, ``total`` and ``by_reason``;

@@ -10,7 +10,7 @@ never a disagreement.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from ._checks import Check
-from ._collect import STATE
 from ._evals import EvalResult, band_verdict, combine_results
 from ._family import Article, Family
 from ._golden import GoldenEntry, Triage, load_golden, triage
 from ._spec import Scenario
+from ._stash import STATE
 from ._vocab import AgentevalError, ConfigError, ItemError, SpecError
-from .judges._base import GradeRequest, criteria_from, grade_to_result
+from .judges._base import CriterionSpec, GradeRequest, Judge, criteria_from, grade_to_result
 from .subjects._base import Response
 
 
@@ -42,7 +42,7 @@ def _about_tool_calls(check: Check) -> bool:
     return any(isinstance(c, Check) and _about_tool_calls(c) for c in inner)
 
 
-def _scenario_context(scenario: Scenario | None) -> dict[str, Any]:
+def _scenario_context(scenario: Scenario | None) -> dict[str, object]:
     """What the agent saw in the real scenario (system prompt, earlier turns, tools)."""
     if scenario is None:
         return {}
@@ -107,11 +107,13 @@ class CalibrationItem(pytest.Item):
         article: Article,
         entry: GoldenEntry,
         repetition: int,
-        **kwargs: Any,
+        **kwargs: Any,  # from_parent's: name, parent
     ) -> None:
         super().__init__(**kwargs)
         self.family, self.article, self.entry, self.repetition = family, article, entry, repetition
-        self.payload: dict[str, Any] | None = None
+        self.payload: dict[str, object] | None = None
+        self.graded: EvalResult | None = None  # the judges' grade, once setup has it
+        self.actual: str | None = None  # its verdict under the article's bands
         for marker in ("calibration", family.name, article.meta.pillar):
             self.add_marker(marker)
 
@@ -124,7 +126,7 @@ class CalibrationItem(pytest.Item):
                     return scenario
         return None
 
-    def criteria(self) -> tuple[Any, ...]:
+    def criteria(self) -> tuple[CriterionSpec, ...]:
         """The real scenario's criteria, else the article's substance rubric.
 
         A golden answer is text: checks on structured tool calls cannot see the
@@ -181,6 +183,7 @@ class CalibrationItem(pytest.Item):
         actual = (
             band_verdict(result.score, self.article.bands) if result.score is not None else None
         )
+        self.graded, self.actual = result, actual
         self.payload = {
             "v": 1,
             "kind": "calibration",
@@ -219,7 +222,7 @@ class CalibrationItem(pytest.Item):
             self.payload["actual"] = None
             pytest.skip(f"{self.entry.id}: {result.reasoning}")
 
-    async def _grade(self, judges: list[Any], request: GradeRequest) -> EvalResult:
+    async def _grade(self, judges: Sequence[Judge], request: GradeRequest) -> EvalResult:
         """One judge, or several combined by weighted median as in benchmark runs."""
         graded = await asyncio.gather(
             *(
@@ -249,26 +252,32 @@ class CalibrationItem(pytest.Item):
             kind="scenario",
         )
 
+    def _in_band(self) -> bool:
+        score = self.graded.score if self.graded is not None else None
+        return score is not None and self.entry.score_min <= score <= self.entry.score_max
+
     def runtest(self) -> None:
-        assert self.payload is not None
-        p = self.payload
-        in_band = p["min"] <= p["score"] <= p["max"]
-        if p["actual"] != p["expected"] or not in_band:
+        assert self.graded is not None
+        if self.actual != self.entry.expected_verdict or not self._in_band():
             raise CalibrationMismatch()
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, CalibrationMismatch) and self.payload is not None:
-            p = self.payload
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: object = None
+    ) -> str:
+        if isinstance(excinfo.value, CalibrationMismatch) and self.graded is not None:
+            e, graded = self.entry, self.graded
+            score = "-" if graded.score is None else f"{graded.score:.2f}"
             lines = [
-                f"{self.family.name} ▸ {p['pillar']} ▸ {p['article']} ▸ {p['id']}"
-                + (f" (adversarial: {p['adversarial']})" if p["adversarial"] else ""),
-                f"expected: {p['expected'].upper():<5} score in [{p['min']:.2f}, {p['max']:.2f}]",
-                f"actual:   {str(p['actual']).upper():<5} score {p['score']:.2f}"
-                + ("" if p["min"] <= p["score"] <= p["max"] else "  (outside the band)"),
-                f"label rationale: {self.entry.rationale}",
+                f"{self.family.name} ▸ {self.article.meta.pillar} ▸ {self.article.control_id} "
+                f"▸ {e.id}" + (f" (adversarial: {e.adversarial})" if e.adversarial else ""),
+                f"expected: {e.expected_verdict.upper():<5} score in "
+                f"[{e.score_min:.2f}, {e.score_max:.2f}]",
+                f"actual:   {str(self.actual).upper():<5} score {score}"
+                + ("" if self._in_band() else "  (outside the band)"),
+                f"label rationale: {e.rationale}",
             ]
-            if p["reasoning"]:
-                lines.append(f"judge: {p['reasoning']}")
+            if graded.reasoning:
+                lines.append(f"judge: {graded.reasoning}")
             return self.config.stash[STATE].redactor.text("\n".join(lines))
         if isinstance(excinfo.value, ItemError):
             return str(excinfo.value)
@@ -287,7 +296,7 @@ class SkippedEntry(CalibrationItem):
     the rest of the file runs.
     """
 
-    def __init__(self, *, family: Family, triaged: Triage, **kwargs: Any) -> None:
+    def __init__(self, *, family: Family, triaged: Triage, **kwargs: Any) -> None:  # from_parent's
         pytest.Item.__init__(self, **kwargs)  # no article to take markers from
         self.family, self.entry, self.triaged, self.repetition = family, triaged.entry, triaged, 0
         self.payload = None

@@ -34,15 +34,19 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Protocol, TextIO, TypedDict, TypeVar
 
-from ._conditions import Condition, McpServerSpec
-from ._vocab import ConfigError, SubjectError
+from pydantic import BaseModel
+
+from ._conditions import Condition, McpServerSpec, ServerKey
+from ._vocab import ConfigError, JSONObject, JSONValue, SubjectError
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
+    "McpCall",
     "McpHost",
     "McpStartError",
     "McpUnavailable",
@@ -77,21 +81,67 @@ class ToolResult:
     is_error: bool
 
 
+class _McpCallMade(TypedDict):
+    server: str
+    name: str
+    arguments: dict[str, object]
+
+
+class McpCall(_McpCallMade, total=False):
+    """One call of an item's :class:`ToolCaller`, as its line in results.jsonl records it."""
+
+    result: str  # cut to RESULT_RECORD_CHARS
+    result_chars: int
+    is_error: bool
+    error: str  # the server did not answer
+    latency_s: float
+    step: int
+
+
+class _Session(Protocol):
+    """What is used of the SDK's ``ClientSession`` (mcp 1.x and 2.x alike); results are
+    read through their wire form (:func:`_wire`)."""
+
+    async def initialize(self) -> object: ...
+
+    async def list_tools(self) -> object: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, object] | None = None) -> object: ...
+
+
+class _Stream(Protocol):
+    """The read stream of a transport, as :class:`_Watched` uses it (anyio's memory
+    stream in mcp 1.x, the SDK's ``ReadStream`` in 2.x)."""
+
+    async def receive(self) -> object: ...
+
+    async def aclose(self) -> None: ...
+
+    async def __anext__(self) -> object: ...
+
+
+#: The SDK's session class, built from the transport's streams (their types differ
+#: between the SDK's versions, so they are not checked here).
+_SessionFactory = Callable[..., AbstractAsyncContextManager[_Session]]
+
+T = TypeVar("T")
+
+
 @dataclass
 class RunningServer:
     """One started server: its session and what it said of itself."""
 
     spec: McpServerSpec
-    session: Any
-    server: dict[str, Any]
+    session: _Session
+    server: JSONObject
     protocol_version: str | None
-    tools: list[dict[str, Any]]
-    stderr: IO[str] | None = None
+    tools: list[JSONObject]
+    stderr: TextIO | None = None
     stopped: str | None = None  # why it stopped mid-run, if it did
     #: set when the server's read stream ended: it went away (died, closed stdout)
     gone: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def reported(self) -> dict[str, Any]:
+    def reported(self) -> JSONObject:
         return {
             "server": self.server,
             "protocol_version": self.protocol_version,
@@ -99,15 +149,16 @@ class RunningServer:
         }
 
 
-def _wire(model: Any) -> dict[str, Any]:
+def _wire(model: object) -> JSONObject:
     """An ``mcp`` pydantic object as its JSON wire form (camelCase in mcp 1.x and 2.x alike)."""
     if isinstance(model, Mapping):
         return dict(model)
-    dumped = model.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return dumped if isinstance(dumped, dict) else {}
+    if not isinstance(model, BaseModel):
+        raise TypeError(f"unexpected MCP result: {type(model).__name__}")
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def _tail(stream: IO[str] | None) -> str:
+def _tail(stream: TextIO | None) -> str:
     if stream is None:
         return ""
     try:
@@ -144,11 +195,12 @@ def _has(exc: BaseException, kind: type[BaseException] | tuple[type[BaseExceptio
     return any(_has(e, kind) for e in getattr(exc, "exceptions", None) or ())
 
 
-def tool_text(result: Mapping[str, Any]) -> str:
+def tool_text(result: Mapping[str, JSONValue]) -> str:
     """The text of a ``tools/call`` result (wire form): its text blocks, one per line;
     other blocks by a short marker; structured content as JSON when there is no text."""
     parts: list[str] = []
-    for block in result.get("content") or ():
+    content = result.get("content")
+    for block in content if isinstance(content, list) else ():
         if not isinstance(block, Mapping):
             continue
         kind = block.get("type")
@@ -171,9 +223,9 @@ def tool_text(result: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def openai_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+def openai_tool(tool: Mapping[str, JSONValue]) -> JSONObject:
     """An MCP tool (wire form) in OpenAI's tools shape."""
-    fn: dict[str, Any] = {"name": str(tool["name"])}
+    fn: JSONObject = {"name": str(tool["name"])}
     if tool.get("description"):
         fn["description"] = str(tool["description"])
     schema = tool.get("inputSchema")
@@ -196,13 +248,13 @@ class McpHost:
         self.conditions = [c for c in conditions if c.mcp_servers]
         self.max_steps = max_steps
         self.call_timeout = call_timeout
-        self.specs: dict[tuple[Any, ...], McpServerSpec] = {}
-        self._owners: dict[tuple[Any, ...], list[str]] = {}
+        self.specs: dict[ServerKey, McpServerSpec] = {}
+        self._owners: dict[ServerKey, list[str]] = {}
         for cond in self.conditions:
             for spec in cond.mcp_servers:
                 self.specs.setdefault(spec.key, spec)
                 self._owners.setdefault(spec.key, []).append(cond.name)
-        self.running: dict[tuple[Any, ...], RunningServer] = {}
+        self.running: dict[ServerKey, RunningServer] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -217,7 +269,7 @@ class McpHost:
         """
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        readies: dict[tuple[Any, ...], asyncio.Future[RunningServer]] = {}
+        readies: dict[ServerKey, asyncio.Future[RunningServer]] = {}
         for key, spec in self.specs.items():
             ready: asyncio.Future[RunningServer] = self._loop.create_future()
             readies[key] = ready
@@ -267,7 +319,7 @@ class McpHost:
 
     async def _serve(self, spec: McpServerSpec, ready: asyncio.Future[RunningServer]) -> None:
         """Own one server for the whole run: open, initialize, list tools, wait, close."""
-        stderr: IO[str] | None = None
+        stderr: TextIO | None = None
         running: RunningServer | None = None
         try:
             # the server's stderr: its tail explains a failure; closed with the server
@@ -277,22 +329,26 @@ class McpHost:
 
                 read, write = await _open_transport(stack, spec, stderr)
                 gone = asyncio.Event()
+                new_session: _SessionFactory = ClientSession
                 session = await stack.enter_async_context(
-                    ClientSession(_Watched(read, gone.set), write)
+                    new_session(_Watched(read, gone.set), write)
                 )
 
-                async def handshake() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                async def handshake() -> tuple[JSONObject, list[JSONObject]]:
                     return _wire(await session.initialize()), await _list_tools(session)
 
                 # no context is entered inside: it may run in a task of its own, raced
                 # against the deadline and against the server going away
                 init, tools = await _race(handshake(), gone, spec.startup_timeout)
-                info = init.get("serverInfo") or {}
+                info = init.get("serverInfo")
+                if not isinstance(info, dict):
+                    info = {}
+                version = init.get("protocolVersion")
                 running = RunningServer(
                     spec,
                     session,
                     {"name": info.get("name"), "version": info.get("version")},
-                    init.get("protocolVersion"),
+                    version if isinstance(version, str) else None,
                     tools,
                     stderr,
                     gone=gone,
@@ -347,7 +403,7 @@ class McpHost:
 
     # ------------------------------------------------------------------ what the manifest records
 
-    def reported(self, condition: str) -> dict[str, Any]:
+    def reported(self, condition: str) -> dict[str, JSONObject]:
         """Server name -> name/version/protocol/tools, for *condition*."""
         out = {}
         for cond in self.conditions:
@@ -360,8 +416,8 @@ class McpHost:
 
 
 async def _open_transport(
-    stack: contextlib.AsyncExitStack, spec: McpServerSpec, stderr: IO[str]
-) -> tuple[Any, Any]:
+    stack: contextlib.AsyncExitStack, spec: McpServerSpec, stderr: TextIO
+) -> tuple[_Stream, object]:
     """The (read, write) streams of *spec*'s transport, entered on *stack*."""
     if spec.command is not None:
         from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
@@ -374,30 +430,35 @@ async def _open_transport(
         params = StdioServerParameters(
             command=spec.command, args=list(spec.args), env=env, cwd=spec.cwd
         )
-        streams = await stack.enter_async_context(stdio_client(params, errlog=stderr))  # type: ignore[arg-type]  # a text file
-    else:
-        import mcp.client.streamable_http as http
+        read, write = await stack.enter_async_context(stdio_client(params, errlog=stderr))
+        return read, write
 
-        headers = dict(spec.headers) or None
-        if hasattr(http, "streamable_http_client"):
-            client = None
-            if headers:
-                from mcp.shared._httpx_utils import create_mcp_http_client
+    import mcp.client.streamable_http as http
 
-                client = await stack.enter_async_context(create_mcp_http_client(headers=headers))
-            streams = await stack.enter_async_context(
-                http.streamable_http_client(str(spec.url), http_client=client)
-            )
-        else:  # mcp 1.x before streamable_http_client: (read, write, get_session_id)
-            legacy: Any = http.streamablehttp_client  # type: ignore[attr-defined]
-            streams = await stack.enter_async_context(legacy(str(spec.url), headers=headers))
-    return streams[0], streams[1]
+    headers = dict(spec.headers) or None
+    if hasattr(http, "streamable_http_client"):
+        client = None
+        if headers:
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            client = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+        streams = await stack.enter_async_context(
+            http.streamable_http_client(str(spec.url), http_client=client)
+        )
+        return streams[0], streams[1]
+    # mcp 1.x before streamable_http_client: (read, write, get_session_id)
+    legacy: Callable[..., AbstractAsyncContextManager[tuple[_Stream, object, object]]]
+    legacy = getattr(http, "streamablehttp_client")  # noqa: B009 - not in mcp 2.x
+    opened = await stack.enter_async_context(legacy(str(spec.url), headers=headers))
+    return opened[0], opened[1]
 
 
-async def _list_tools(session: Any) -> list[dict[str, Any]]:
+async def _list_tools(session: _Session) -> list[JSONObject]:
     """Every tool of the server (following ``nextCursor``, at most 100 pages)."""
-    tools: list[dict[str, Any]] = []
+    tools: list[JSONObject] = []
     cursor: str | None = None
+    # the page's arguments differ between the SDK's versions
+    next_page: Callable[..., Awaitable[object]] = session.list_tools
     for _ in range(100):
         if cursor is None:
             page = _wire(await session.list_tools())
@@ -405,13 +466,17 @@ async def _list_tools(session: Any) -> list[dict[str, Any]]:
             import mcp.types as types
 
             try:  # mcp >= 1.13 takes the request's params; older versions the cursor alone
-                page = _wire(
-                    await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
-                )
+                page = _wire(await next_page(params=types.PaginatedRequestParams(cursor=cursor)))
             except TypeError:
-                page = _wire(await session.list_tools(cursor=cursor))
-        tools += [t for t in page.get("tools") or () if isinstance(t, dict) and t.get("name")]
-        cursor = page.get("nextCursor")
+                page = _wire(await next_page(cursor=cursor))
+        listed = page.get("tools")
+        tools += [
+            t
+            for t in (listed if isinstance(listed, list) else ())
+            if isinstance(t, dict) and t.get("name")
+        ]
+        following = page.get("nextCursor")
+        cursor = following if isinstance(following, str) else None
         if not cursor:
             break
     return tools
@@ -441,7 +506,7 @@ def _protocol_error_types() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-async def _race(coro: Any, gone: asyncio.Event, timeout: float) -> Any:
+async def _race(coro: Awaitable[T], gone: asyncio.Event, timeout: float) -> T:
     """*coro*'s result; ``TimeoutError`` after *timeout*, ``ConnectionError`` when *gone*
     is set first (the server exited: mcp 1.x would wait for the deadline)."""
     work = asyncio.ensure_future(coro)
@@ -468,24 +533,24 @@ class _Watched:
     that a tool call can fail at once instead of waiting on a dead server.
     """
 
-    def __init__(self, stream: Any, on_end: Any) -> None:
+    def __init__(self, stream: _Stream, on_end: Callable[[], object]) -> None:
         self._stream = stream
         self._on_end = on_end
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
 
     def __aiter__(self) -> _Watched:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> object:
         try:
             return await self._stream.__anext__()
         except BaseException:  # the end of the stream, a closed one, or the shutdown
             self._on_end()
             raise
 
-    async def receive(self) -> Any:
+    async def receive(self) -> object:
         try:
             return await self._stream.receive()
         except BaseException:
@@ -498,10 +563,11 @@ class _Watched:
             await enter()
         return self
 
-    async def __aexit__(self, *exc: Any) -> Any:
+    async def __aexit__(self, *exc: object) -> bool | None:
         leave = getattr(self._stream, "__aexit__", None)
         if leave is not None:
-            return await leave(*exc)
+            suppress = await leave(*exc)
+            return None if suppress is None else bool(suppress)
         await self._stream.aclose()
         return None
 
@@ -523,7 +589,7 @@ class Toolbox:
         self.call_timeout = call_timeout
         self.loop = loop
         self.route: dict[str, RunningServer] = {}
-        self.tools: list[dict[str, Any]] = []
+        self.tools: list[JSONObject] = []
         for server in servers:
             for tool in server.tools:
                 name = str(tool["name"])
@@ -537,15 +603,19 @@ class Toolbox:
                 self.route[name] = server
                 self.tools.append(openai_tool(tool))
 
-    def merge_tools(self, scenario_tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def merge_tools(
+        self, scenario_tools: Sequence[Mapping[str, object]]
+    ) -> list[Mapping[str, object]]:
         """The scenario's declared tools, then the servers' (a served name replaces a declared one)."""
-        kept = [dict(t) for t in scenario_tools if _tool_name(t) not in self.route]
+        kept: list[Mapping[str, object]] = [
+            dict(t) for t in scenario_tools if _tool_name(t) not in self.route
+        ]
         return [*kept, *self.tools]
 
     def caller(self) -> ToolCaller:
         return ToolCaller(self)
 
-    async def invoke(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+    async def invoke(self, name: str, arguments: dict[str, object]) -> ToolResult:
         """Call *name* on the server that serves it (an error result is still a result)."""
         server = self.route[name]
         if server.stopped:
@@ -591,7 +661,7 @@ class Toolbox:
         return ToolResult(tool_text(result), bool(result.get("isError")))
 
 
-def _tool_name(tool: Mapping[str, Any]) -> str | None:
+def _tool_name(tool: Mapping[str, object]) -> str | None:
     fn = tool.get("function")
     if isinstance(fn, Mapping):
         return str(fn.get("name"))
@@ -610,7 +680,7 @@ class ToolCaller:
     """
 
     toolbox: Toolbox
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[McpCall] = field(default_factory=list)
     step: int | None = None
 
     @property
@@ -621,34 +691,39 @@ class ToolCaller:
     def max_steps(self) -> int:
         return self.toolbox.max_steps
 
-    async def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> ToolResult:
+    async def call(
+        self, name: str, arguments: Mapping[str, object] | str | None = None
+    ) -> ToolResult:
         """Call tool *name*; the result's text and whether the server flagged it an error."""
         if name not in self.toolbox.route:
             known = ", ".join(sorted(self.toolbox.route)) or "none"
             raise LookupError(
                 f"no MCP tool {name!r} in condition {self.toolbox.condition!r} (tools: {known})"
             )
-        if isinstance(arguments, str):
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        if arguments is not None and not isinstance(arguments, Mapping):
-            raise TypeError(f"call_tool arguments: a mapping, not {type(arguments).__name__}")
-        args = dict(arguments or {})
+        given: object = arguments
+        if isinstance(given, str):
+            given = json.loads(given) if given.strip() else {}
+        if given is not None and not isinstance(given, Mapping):
+            raise TypeError(f"call_tool arguments: a mapping, not {type(given).__name__}")
+        args: dict[str, object] = dict(given or {})
         start = time.perf_counter()
-        entry: dict[str, Any] = {"server": self.toolbox.route[name].spec.name, "name": name}
-        entry["arguments"] = args
+        entry: McpCall = {
+            "server": self.toolbox.route[name].spec.name,
+            "name": name,
+            "arguments": args,
+        }
         try:
             result = await self.toolbox.invoke(name, args)
         except McpUnavailable as exc:
-            entry.update(error=str(exc), latency_s=round(time.perf_counter() - start, 6))
+            entry["error"] = str(exc)
+            entry["latency_s"] = round(time.perf_counter() - start, 6)
             self.calls.append(self._stamped(entry))
             raise
         text = result.text
-        entry.update(
-            result=text[:RESULT_RECORD_CHARS],
-            result_chars=len(text),
-            is_error=result.is_error,
-            latency_s=round(time.perf_counter() - start, 6),
-        )
+        entry["result"] = text[:RESULT_RECORD_CHARS]
+        entry["result_chars"] = len(text)
+        entry["is_error"] = result.is_error
+        entry["latency_s"] = round(time.perf_counter() - start, 6)
         self.calls.append(self._stamped(entry))
         if len(text) > RESULT_SUBJECT_CHARS:
             cut = len(text) - RESULT_SUBJECT_CHARS
@@ -657,15 +732,15 @@ class ToolCaller:
             )
         return ToolResult(text, result.is_error)
 
-    def _stamped(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def _stamped(self, entry: McpCall) -> McpCall:
         if self.step is not None:
             entry["step"] = self.step
         return entry
 
-    async def __call__(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> str:
+    async def __call__(self, name: str, arguments: Mapping[str, object] | str | None = None) -> str:
         return (await self.call(name, arguments)).text
 
-    def blocking(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> str:
+    def blocking(self, name: str, arguments: Mapping[str, object] | str | None = None) -> str:
         """:meth:`__call__` from a sync subject's thread (not from the event loop's)."""
         loop = self.toolbox.loop
         if loop is None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -75,10 +75,44 @@ _SUMMARY_CONFIDENCE = 0.95
 FloatArray = npt.NDArray[np.float64]
 
 
+class ReliabilityBinDoc(TypedDict):
+    """One bin of a reliability diagram (see :func:`reliability_bins`)."""
+
+    lo: float
+    hi: float
+    n: int
+    mean_score: float | None  # None: an empty bin
+    frac_pass: float | None
+
+
+class ConfusionDoc(TypedDict):
+    labels: list[str]
+    matrix: list[list[int]]
+
+
+class Summary(TypedDict):
+    """What :func:`summarize` returns; an undefined metric (NaN) is None."""
+
+    n: int
+    accuracy: float | None
+    kappa: float | None
+    accuracy_ci: list[float | None]
+    kappa_ci: list[float | None]
+    confusion: ConfusionDoc
+    per_class: dict[str, dict[str, float | int]]
+    brier: float | None
+    ece: float | None
+    ece_bins: int
+    auc: float | None
+    mean_abs_score_delta: float | None
+    share_within_band: float | None
+    reliability: list[ReliabilityBinDoc]
+
+
 # --------------------------------------------------------------------------- helpers
 
 
-def _check_same_length(**seqs: Sequence[Any]) -> int:
+def _check_same_length(**seqs: Sequence[object]) -> int:
     """Return the common length of ``seqs`` or raise ``ValueError`` naming them."""
     lengths = {name: len(seq) for name, seq in seqs.items()}
     if len(set(lengths.values())) > 1:
@@ -144,7 +178,7 @@ def _midpoints(band_mins: Sequence[float], band_maxs: Sequence[float]) -> FloatA
     return (lo + hi) / 2.0
 
 
-def _kappa_from_counts(counts: npt.NDArray[Any]) -> FloatArray:
+def _kappa_from_counts(counts: npt.NDArray[np.int64]) -> FloatArray:
     """Cohen's kappa of one confusion matrix ``(k, k)`` or a stack ``(..., k, k)``.
 
     NaN where undefined (no entries, or ``p_e == 1`` within 1e-12).  Counts are
@@ -215,17 +249,10 @@ def _bootstrap_confusions(
     return flat.reshape(n_resamples, k, k)
 
 
-def _nan_to_none(value: Any) -> Any:
-    """Recursively turn NaN floats into ``None`` and numpy scalars into Python ones."""
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_nan_to_none(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
+def _defined(value: float) -> float | None:
+    """*value* as a Python float, or None for NaN (an undefined metric), so JSON holds it."""
+    number = float(value)
+    return None if math.isnan(number) else number
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -289,7 +316,7 @@ def per_class(
     * ``f1 = 2·tp / (2·tp + fp + fn)`` (= harmonic mean of precision and recall)
     * ``support = tp + fn`` (count of ``k`` in ``expected``, an ``int``)
 
-    Any zero denominator yields ``0.0`` (scikit-learn's ``zero_division=0``).
+    A zero denominator yields ``0.0`` (scikit-learn's ``zero_division=0``).
     """
     matrix = _confusion_array(expected, actual, labels)
     tp = np.diag(matrix)
@@ -428,7 +455,7 @@ def _bin_ids(scores: FloatArray, n_bins: int) -> tuple[npt.NDArray[np.intp], Flo
 
 def reliability_bins(
     scores: Sequence[float], outcomes: Sequence[bool], n_bins: int = 10
-) -> list[dict[str, Any]]:
+) -> list[ReliabilityBinDoc]:
     """Per-bin data for a reliability diagram.
 
     Bin ``i`` (``0 <= i < n_bins``) covers ``[i/n_bins, (i+1)/n_bins)``; the
@@ -444,7 +471,7 @@ def reliability_bins(
     counts = np.bincount(ids, minlength=n_bins)
     score_sums = np.bincount(ids, weights=s, minlength=n_bins)
     pass_sums = np.bincount(ids, weights=o, minlength=n_bins)
-    bins: list[dict[str, Any]] = []
+    bins: list[ReliabilityBinDoc] = []
     for i in range(n_bins):
         n = int(counts[i])
         bins.append(
@@ -471,8 +498,9 @@ def expected_calibration_error(
     bins = reliability_bins(scores, outcomes, n_bins)
     if n_total == 0:
         return _NAN
+    means = [(b["n"], b["mean_score"], b["frac_pass"]) for b in bins]  # None: an empty bin
     return float(
-        sum(b["n"] / n_total * abs(b["mean_score"] - b["frac_pass"]) for b in bins if b["n"])
+        sum(n / n_total * abs(s - f) for n, s, f in means if s is not None and f is not None)
     )
 
 
@@ -548,7 +576,7 @@ def summarize(
     labels: Sequence[str] = DEFAULT_LABELS,
     n_bins: int = 10,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> Summary:
     """All judge-calibration metrics in one JSON-ready dict (NaN → ``None``).
 
     Keys: ``n``, ``accuracy``, ``kappa``, ``accuracy_ci``, ``kappa_ci`` (each
@@ -581,24 +609,22 @@ def summarize(
 
     is_pass = [e == "pass" for e in expected]
     midpoints = _midpoints(band_mins, band_maxs).tolist()
-    result: dict[str, Any] = {
+    return {
         "n": n,
-        "accuracy": accuracy(expected, actual),
-        "kappa": cohen_kappa(expected, actual, labels=label_list),
-        "accuracy_ci": list(accuracy_ci),
-        "kappa_ci": list(kappa_ci),
+        "accuracy": _defined(accuracy(expected, actual)),
+        "kappa": _defined(cohen_kappa(expected, actual, labels=label_list)),
+        "accuracy_ci": [_defined(v) for v in accuracy_ci],
+        "kappa_ci": [_defined(v) for v in kappa_ci],
         "confusion": {
             "labels": label_list,
             "matrix": confusion_matrix(expected, actual, label_list),
         },
         "per_class": per_class(expected, actual, label_list),
-        "brier": brier(scores, midpoints),
-        "ece": expected_calibration_error(scores, is_pass, n_bins),
+        "brier": _defined(brier(scores, midpoints)),
+        "ece": _defined(expected_calibration_error(scores, is_pass, n_bins)),
         "ece_bins": n_bins,
-        "auc": roc_auc(scores, is_pass),
-        "mean_abs_score_delta": mean_abs_score_delta(scores, band_mins, band_maxs),
-        "share_within_band": share_within_band(scores, band_mins, band_maxs),
+        "auc": _defined(roc_auc(scores, is_pass)),
+        "mean_abs_score_delta": _defined(mean_abs_score_delta(scores, band_mins, band_maxs)),
+        "share_within_band": _defined(share_within_band(scores, band_mins, band_maxs)),
         "reliability": reliability_bins(scores, is_pass, n_bins),
     }
-    converted: dict[str, Any] = _nan_to_none(result)
-    return converted

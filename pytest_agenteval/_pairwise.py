@@ -73,9 +73,10 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, Protocol, TypeAlias, TypedDict, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -83,11 +84,11 @@ from ._checks import Answer
 from ._compare import sign_test_p
 from ._conditions import Condition
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
-from ._cost import add as add_cost
 from ._family import Article, Family
 from ._run import NO_LIMIT, seen_by_subject, subject_context
-from ._spec import Scenario
+from ._spec import GateSpec, Scenario
 from ._stats import wilson_interval
+from ._vocab import JSONObject
 from .judges._base import ConfigError, JudgeError, criteria_from
 from .judges._injection import given_text, head, neutralise, scan_answer, tool_calls_text
 from .judges._llm import OutputContract, _agent_context, _clean, _marker
@@ -114,6 +115,12 @@ PROMPT_FILE = Path(__file__).parent / "prompts" / "pairwise-judge.v1.md"
 DEFAULT_SWAP_SHARE = 0.25
 SIDE_KEYS = ("a", "b")
 _DIGITS = 6
+
+SideKey: TypeAlias = Literal["a", "b"]
+Preference: TypeAlias = Literal["a", "b", "tie"]
+#: A record as read back (a payload, or a results line): narrowed where it is read.
+Record: TypeAlias = Mapping[str, object]
+_NO_FIELDS: Record = {}
 
 
 class PairwiseError(ConfigError, ValueError):
@@ -148,15 +155,105 @@ def _round(value: float) -> float:
     return round(float(value), _DIGITS)
 
 
-def _preferred(record: Mapping[str, Any]) -> str | None:
-    pair = record.get("pairwise")
-    value = pair.get("preference") if isinstance(pair, Mapping) else None
-    return value if value in ("a", "b", "tie") else None
+def _fields(value: object) -> Record:
+    return value if isinstance(value, Mapping) else _NO_FIELDS
+
+
+def _pair(record: Record) -> Record:
+    """A record's ``pairwise`` block (empty when it has none: an errored comparison)."""
+    return _fields(record.get("pairwise"))
+
+
+def _preferred(record: Record) -> Preference | None:
+    value = _pair(record).get("preference")
+    if value == "a" or value == "b":
+        return value
+    return "tie" if value == "tie" else None
+
+
+class PositionStats(TypedDict):
+    """The position check: does the judge prefer whichever answer it is shown first?"""
+
+    checked: int
+    agreed: int
+    agreement: float | None
+    decided: int
+    first_shown_preferred: int
+    first_shown_rate: float | None
+
+
+class PillarCounts(TypedDict):
+    wins: int
+    losses: int
+    ties: int
+
+
+class Requirement(TypedDict):
+    """The gate's test that B beats A (only when the gate asks for it)."""
+
+    min_win_rate: float
+    alpha: float
+    p_value: float
+    test: str
+    passed: bool
+
+
+class _Stats(TypedDict):
+    a: str
+    b: str
+    wins: int
+    losses: int
+    ties: int
+    compared: int
+    errors: int
+    win_rate: float | None
+    ci: list[float] | None
+    ci_method: str
+    ci_level: float
+    p_value: float
+    test: str
+    seed: int
+    swap_share: float
+    position: PositionStats
+    pillars: dict[str, PillarCounts]
+
+
+class PairwiseStats(_Stats, total=False):
+    """summary.json's ``pairwise``; the run adds ``sides``, and ``requirement`` when tested."""
+
+    sides: dict[str, JSONObject]
+    requirement: Requirement
+
+
+class _Gate(TypedDict):
+    passed: bool
+    reasons: list[str]
+    notes: list[str]
+    critical_failures: list[str]
+    injection_suspected: list[str]
+
+
+class PairwiseGate(_Gate, total=False):
+    """A pairwise run's gate, shaped like a benchmark's; ``requirement`` moves to the stats."""
+
+    requirement: Requirement
+
+
+class ReportSummary(TypedDict):
+    """The summary.json keys a pairwise report shows."""
+
+    family: str
+    preset: str
+    judge: list[str]
+    run_id: str
+    chain_head: str
+    pairwise: PairwiseStats
+    gate: PairwiseGate
 
 
 def pairwise_stats(
-    records: Sequence[Mapping[str, Any]], a: str, b: str, *, seed: int, swap_share: float
-) -> dict[str, Any]:
+    records: Sequence[Record], a: str, b: str, *, seed: int, swap_share: float
+) -> PairwiseStats:
     """summary.json's ``pairwise`` from the comparison records (errored ones included).
 
     A record's ``pairwise.preference`` is ``a``, ``b`` or ``tie`` when compared
@@ -168,16 +265,22 @@ def pairwise_stats(
     losses = sum(1 for r in compared if _preferred(r) == "a")
     ties = len(compared) - wins - losses
     n = wins + losses
-    checked = [r for r in compared if isinstance(r["pairwise"].get("swap"), Mapping)]
-    agreed = sum(1 for r in checked if r["pairwise"]["swap"].get("agrees") is True)
+    checked = [r for r in compared if isinstance(_pair(r).get("swap"), Mapping)]
+    agreed = sum(1 for r in checked if _fields(_pair(r).get("swap")).get("agrees") is True)
     decided = [r for r in compared if _preferred(r) != "tie"]
-    first_won = sum(1 for r in decided if r["pairwise"]["order"][0] == _preferred(r))
-    pillars: dict[str, dict[str, int]] = {}
+    first_won = sum(1 for r in decided if _first_shown(r) == _preferred(r))
+    pillars: dict[str, PillarCounts] = {}
     for r in compared:
         counts = pillars.setdefault(
             str(r.get("pillar") or "?"), {"wins": 0, "losses": 0, "ties": 0}
         )
-        counts[{"b": "wins", "a": "losses", "tie": "ties"}[str(_preferred(r))]] += 1
+        preferred = _preferred(r)
+        if preferred == "b":
+            counts["wins"] += 1
+        elif preferred == "a":
+            counts["losses"] += 1
+        else:
+            counts["ties"] += 1
     return {
         "a": a,
         "b": b,
@@ -206,6 +309,11 @@ def pairwise_stats(
     }
 
 
+def _first_shown(record: Record) -> object:
+    order = _pair(record).get("order")
+    return order[0] if isinstance(order, list) and order else None
+
+
 @dataclass(frozen=True)
 class GateTerms:
     """The pairwise keys of a gate (a preset's ``gate:``), read by :func:`pairwise_gate`."""
@@ -216,12 +324,12 @@ class GateTerms:
     min_win_rate: float | None = None
 
     @classmethod
-    def of(cls, gate: Any) -> GateTerms:
+    def of(cls, gate: GateSpec) -> GateTerms:
         return cls(
-            max_errors=int(getattr(gate, "max_errors", 0) or 0),
-            max_injection_suspected=int(getattr(gate, "max_injection_suspected", 0) or 0),
-            alpha=getattr(gate, "pairwise_alpha", None),
-            min_win_rate=getattr(gate, "pairwise_min_win_rate", None),
+            max_errors=gate.max_errors,
+            max_injection_suspected=gate.max_injection_suspected,
+            alpha=gate.pairwise_alpha,
+            min_win_rate=gate.pairwise_min_win_rate,
         )
 
 
@@ -230,13 +338,13 @@ def _p(value: float) -> str:
 
 
 def pairwise_gate(
-    stats: Mapping[str, Any],
+    stats: PairwiseStats,
     terms: GateTerms,
     *,
     flagged: Sequence[str] = (),
     interrupted: bool = False,
     notes: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> PairwiseGate:
     """The gate of a pairwise run (see the module docstring), shaped like a benchmark's.
 
     Adds ``requirement`` (B must beat A) to ``stats`` when the gate asks for it.
@@ -260,7 +368,7 @@ def pairwise_gate(
             f"{len(flagged)} comparison(s) with an answer suspected of steering the judge: "
             f"{shown} (the gate allows {terms.max_injection_suspected})"
         )
-    requirement = None
+    requirement: Requirement | None = None
     if terms.alpha is not None or terms.min_win_rate is not None:
         alpha = 0.05 if terms.alpha is None else float(terms.alpha)
         m = 0.5 if terms.min_win_rate is None else float(terms.min_win_rate)
@@ -281,14 +389,16 @@ def pairwise_gate(
             f"P(≥ {wins} wins | win rate {m:g}) = {_p(p_one)}"
         )
         (out_notes if passed else reasons).append(sentence)
-    return {
+    gate: PairwiseGate = {
         "passed": not reasons,
         "reasons": reasons,
         "notes": out_notes,
         "critical_failures": [],
         "injection_suspected": list(flagged),
-        **({"requirement": requirement} if requirement is not None else {}),
     }
+    if requirement is not None:
+        gate["requirement"] = requirement
+    return gate
 
 
 # --------------------------------------------------------------------------- the sides
@@ -300,12 +410,12 @@ _CONDITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 class Side:
     """One side of the comparison: A (the baseline) or B (the candidate)."""
 
-    key: Literal["a", "b"]
+    key: SideKey
     label: str  # as given: a condition name or ``subject:SPEC``
     condition: Condition | None = None
     subject_spec: str | None = None  # None: the run's own subject
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONObject:
         """What the manifest and summary record of this side (a prompt's hash, not its text)."""
         return {
             "label": self.label,
@@ -314,7 +424,7 @@ class Side:
         }
 
 
-def _side(key: Literal["a", "b"], text: str, conditions: Mapping[str, Condition]) -> Side | None:
+def _side(key: SideKey, text: str, conditions: Mapping[str, Condition]) -> Side | None:
     text = text.strip()
     if text.startswith("subject:"):
         spec = text.removeprefix("subject:").strip()
@@ -371,7 +481,7 @@ def draw(seed: int, scenario_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def first_side(seed: int, scenario_id: str) -> Literal["a", "b"]:
+def first_side(seed: int, scenario_id: str) -> SideKey:
     """Which side is shown first for this scenario: a fair draw from the seed."""
     digest = hashlib.sha256(f"{seed}:order:{scenario_id}".encode("utf-8", "surrogatepass"))
     return "a" if digest.digest()[0] < 128 else "b"
@@ -395,7 +505,7 @@ class _PreferenceOut(BaseModel):
     reasoning: str
 
 
-PREFERENCE_SCHEMA: dict[str, Any] = {
+PREFERENCE_SCHEMA: JSONObject = {
     "type": "object",
     "properties": {
         "preference": {
@@ -411,10 +521,11 @@ PREFERENCE_SCHEMA: dict[str, Any] = {
 }
 
 
-def _check_preference(value: Any) -> dict[str, Any]:
+def _check_preference(value: object) -> JSONObject:
     """The judge's reply as plain data, or ValueError naming the field and value."""
     try:
-        return _PreferenceOut.model_validate(value).model_dump()
+        reply = _PreferenceOut.model_validate(value)
+        return {"preference": reply.preference, "reasoning": reply.reasoning}
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -486,7 +597,7 @@ def _block(label: str, answer: Answer, nonce: str, max_chars: int) -> tuple[list
 def render_comparison(
     *,
     scenario_id: str,
-    context: Mapping[str, Any],
+    context: Mapping[str, object],
     prompt: str,
     expected_behavior: str | None,
     criteria: Sequence[str],
@@ -502,7 +613,7 @@ def render_comparison(
     """
     nonce = nonce or secrets.token_hex(8)
 
-    def trusted(text: Any) -> str:
+    def trusted(text: object) -> str:
         return neutralise(_clean(str(text or "")))[0]
 
     def field_(key: str) -> str:
@@ -569,7 +680,7 @@ def render_comparison(
     return Rendered(user, nonce, forged1 + forged2, (cut1, cut2))
 
 
-def flags_of(answer: Answer, prompt: str, context: Mapping[str, Any]) -> list[str]:
+def flags_of(answer: Answer, prompt: str, context: Mapping[str, object]) -> list[str]:
     """Why *answer* looks like it steers its judge (:func:`scan_answer`; empty: nothing)."""
     return scan_answer(answer, given=given_text(prompt, context))
 
@@ -577,7 +688,7 @@ def flags_of(answer: Answer, prompt: str, context: Mapping[str, Any]) -> list[st
 # --------------------------------------------------------------------------- reports
 
 
-def _fmt(value: Any, digits: int = 2, *, up: bool = False) -> str:
+def _fmt(value: object, digits: int = 2, *, up: bool = False) -> str:
     """*value* cut (or, with *up*, raised) to *digits*: a shown 0.61 was reached, and an
     interval is never shown narrower than it is."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -587,13 +698,13 @@ def _fmt(value: Any, digits: int = 2, *, up: bool = False) -> str:
     return f"{shown:.{digits}f}"
 
 
-def _ci(value: Any) -> str:
+def _ci(value: object) -> str:
     if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
         return f"[{_fmt(value[0])}, {_fmt(value[1], up=True)}]"
     return "[–]"
 
 
-def headline(stats: Mapping[str, Any]) -> list[str]:
+def headline(stats: PairwiseStats) -> list[str]:
     """The figures of a pairwise run, as the terminal and both reports say them."""
     a, b = stats["a"], stats["b"]
     pos = stats["position"]
@@ -621,16 +732,14 @@ def headline(stats: Mapping[str, Any]) -> list[str]:
 _NAMES = {"a": "A", "b": "B", "tie": "tie"}
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def comparisons(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+def comparisons(records: Sequence[Record]) -> list[dict[str, str]]:
     """One row per comparison for the reports: scenario, order shown, verdict, reasoning."""
     rows = []
     for r in sorted(records, key=lambda x: str(x.get("scenario_id"))):
-        pair = _mapping(r.get("pairwise"))
-        judge = _mapping(pair.get("judge"))
+        pair = _pair(r)
+        judge = _fields(pair.get("judge"))
+        order = pair.get("order")
+        shown = [str(k).upper() for k in order] if isinstance(order, list) else []
         swap = pair.get("swap")
         swapped = "–"
         if isinstance(swap, Mapping):
@@ -639,7 +748,7 @@ def comparisons(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
         rows.append(
             {
                 "scenario": str(r.get("scenario_id")),
-                "order": " then ".join(str(k).upper() for k in pair.get("order") or []) or "–",
+                "order": " then ".join(shown) or "–",
                 "preferred": "error"
                 if r.get("error")
                 else _NAMES.get(str(pair.get("preference")), "–"),
@@ -650,11 +759,11 @@ def comparisons(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     return rows
 
 
-def _md(text: Any) -> str:
+def _md(text: object) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")[:400]
 
 
-def render_markdown(summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+def render_markdown(summary: ReportSummary, records: Sequence[Record]) -> str:
     stats = summary["pairwise"]
     gate = summary["gate"]
     out = [
@@ -688,7 +797,7 @@ def render_markdown(summary: Mapping[str, Any], records: Sequence[Mapping[str, A
     return "\n".join(out)
 
 
-def render_html(summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+def render_html(summary: ReportSummary, records: Sequence[Record]) -> str:
     """One self-contained page, no script."""
     stats = summary["pairwise"]
     gate = summary["gate"]
@@ -727,18 +836,51 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3em .6em;
 
 # --------------------------------------------------------------------------- one comparison
 
+#: What a comparison waits on before a call: a subject's lock, the run's limiter.
+Limit: TypeAlias = AbstractAsyncContextManager[object]
+
+
+class PreferenceJudge(Protocol):
+    """What ``--pairwise`` needs of its judge: one structured call (``LLMJudge.ask``)."""
+
+    async def ask(
+        self, system: str, user: str, contract: OutputContract
+    ) -> tuple[Mapping[str, object], Mapping[str, object]]: ...
+
+
+def can_compare(judge: object) -> TypeGuard[PreferenceJudge]:
+    """Whether *judge* can say which of two answers is better (the rules judge cannot)."""
+    return callable(getattr(judge, "ask", None))
+
 
 @dataclass(frozen=True)
 class Contestant:
     """A side with the subject that answers for it (and its lock, when it is not reentrant)."""
 
     side: Side
-    subject: Callable[..., Any]
-    lock: Any = NO_LIMIT
+    subject: Callable[..., object]
+    lock: Limit = NO_LIMIT
 
 
-def _side_record(c: Contestant, call: Any, error: str | None, flags: list[str]) -> dict[str, Any]:
-    response = getattr(call, "response", None)
+class ComparisonParts(TypedDict):
+    """What one comparison adds to its record (see :func:`run_comparison`)."""
+
+    pairwise: dict[str, object]
+    error: str | None
+    cost: dict[str, object]
+    timings: dict[str, float | None]
+
+
+class _Verdict(TypedDict):
+    order: list[str]
+    preference: str
+    judge: dict[str, object]
+
+
+def _side_record(
+    c: Contestant, call: SubjectCall | None, error: str | None, flags: list[str]
+) -> dict[str, object]:
+    response = call.response if call is not None else None
     return {
         "label": c.side.label,
         "condition": c.side.condition.name if c.side.condition is not None else None,
@@ -748,26 +890,32 @@ def _side_record(c: Contestant, call: Any, error: str | None, flags: list[str]) 
         if response is None
         else [t.to_dict() for t in response.answer().tool_calls],
         "usage": {} if response is None else dict(response.usage),
-        "latency_s": getattr(call, "latency_s", None),
+        "latency_s": call.latency_s if call is not None else None,
         "injection_suspected": bool(flags),
         "injection_reasons": flags,
         "error": error,
     }
 
 
+def _plus(a: Cost, b: Cost) -> Cost:
+    """Two costs summed; dollars unknown (None) once either is."""
+    usd = None if a.usd is None or b.usd is None else a.usd + b.usd
+    return Cost(usd, a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens)
+
+
 async def run_comparison(
     pair: tuple[Contestant, Contestant],
-    judge: Any,
+    judge: PreferenceJudge,
     family: Family,
     article: Article,
     scenario: Scenario,
     *,
-    first: Literal["a", "b"],
+    first: SideKey,
     swap: bool,
-    limiter: Any = NO_LIMIT,
+    limiter: Limit = NO_LIMIT,
     budget: Budget | None = None,
     rates: Mapping[str, tuple[float, float]] | None = None,
-) -> dict[str, Any]:
+) -> ComparisonParts:
     """Both sides answer, then the judge compares (a second time, order swapped, with *swap*).
 
     Returns the record's ``pairwise``, ``error`` (None when compared), ``cost`` and
@@ -779,7 +927,7 @@ async def run_comparison(
     rates = rates or {}
     severity = scenario.severity or article.meta.severity
     seen = seen_by_subject(scenario)  # what both saw: never a condition's system prompt
-    context = {
+    context: dict[str, object] = {
         "family": family.name,
         "article": article.meta.article,
         "control_id": article.control_id,
@@ -788,7 +936,7 @@ async def run_comparison(
         **seen,
     }
 
-    async def answer(c: Contestant) -> Any:
+    async def answer(c: Contestant) -> SubjectCall:
         async with c.lock, limiter:
             budget.check()
             return await call_subject(
@@ -796,63 +944,61 @@ async def run_comparison(
             )
 
     calls = await asyncio.gather(*(answer(c) for c in pair), return_exceptions=True)
-    sides: dict[str, dict[str, Any]] = {}
+    sides: dict[str, dict[str, object]] = {}
+    latency: dict[str, float | None] = {}
     errors: list[str] = []
     answers: dict[str, Answer] = {}
-    subject_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    subject_total = Cost(0.0, 0, 0)
     for c, call in zip(pair, calls, strict=True):
-        if isinstance(call, ConfigError) or not isinstance(call, Exception | SubjectCall):
-            raise call  # a configuration error, or Ctrl-C: not this item's problem
-        error = None
-        if isinstance(call, Exception):
-            if not isinstance(call, SubjectError | BudgetExceeded):
-                raise call
+        if isinstance(call, BaseException):
+            if isinstance(call, ConfigError) or not isinstance(call, SubjectError | BudgetExceeded):
+                raise call  # a configuration error, or Ctrl-C: not this item's problem
             error = f"side {c.side.key.upper()} ({c.side.label}): {call}"
             errors.append(error)
             sides[c.side.key] = _side_record(c, None, error, [])
+            latency[c.side.key] = None
             continue
         spent = cost_of(getattr(c.subject, "name", None), call.response.usage, rates)
         budget.charge(spent)
-        subject_total = add_cost(subject_total, spent)
+        subject_total = _plus(subject_total, spent)
         answers[c.side.key] = call.response.answer()
         flags = flags_of(answers[c.side.key], scenario.input, seen)
         sides[c.side.key] = _side_record(c, call, None, flags)
-    record: dict[str, Any] = {"a": sides["a"], "b": sides["b"], "order": None, "preference": None}
+        latency[c.side.key] = call.latency_s
+    record: dict[str, object] = {
+        "a": sides["a"],
+        "b": sides["b"],
+        "order": None,
+        "preference": None,
+    }
     record["judge"] = record["swap"] = None
     prompt = pairwise_prompt()
     record["prompt"] = {"version": prompt.version, "sha256": prompt.sha256}
-    judge_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
-    timings: dict[str, Any] = {
-        "a_s": sides["a"]["latency_s"],
-        "b_s": sides["b"]["latency_s"],
+    judge_total = Cost(0.0, 0, 0)
+    timings: dict[str, float | None] = {
+        "a_s": latency["a"],
+        "b_s": latency["b"],
         "judge_s": None,
     }
 
-    def result(error: str | None) -> dict[str, Any]:
+    def result(error: str | None) -> ComparisonParts:
         return {
             "pairwise": record,
             "error": error,
             "cost": {
-                "subject": subject_total,
-                "judge": judge_total,
-                "total": add_cost(
-                    subject_total,
-                    Cost(
-                        judge_total["usd"],
-                        judge_total["prompt_tokens"],
-                        judge_total["completion_tokens"],
-                    ),
-                ),
+                "subject": subject_total.to_dict(),
+                "judge": judge_total.to_dict(),
+                "total": _plus(subject_total, judge_total).to_dict(),
             },
             "timings": timings,
         }
 
     if errors:
         return result("; ".join(errors))
-    order: tuple[Literal["a", "b"], Literal["a", "b"]] = ("a", "b") if first == "a" else ("b", "a")
+    order: tuple[SideKey, SideKey] = ("a", "b") if first == "a" else ("b", "a")
     max_chars = int(getattr(getattr(judge, "settings", None), "max_answer_chars", 60_000))
 
-    async def verdict(shown: tuple[Literal["a", "b"], Literal["a", "b"]]) -> dict[str, Any]:
+    async def verdict(shown: tuple[SideKey, SideKey]) -> _Verdict:
         nonlocal judge_total
         rendered = render_comparison(
             scenario_id=scenario.id,
@@ -869,14 +1015,14 @@ async def run_comparison(
             parsed, details = await judge.ask(prompt.text, rendered.user, PREFERENCE_CONTRACT)
         spent = cost_of(getattr(judge, "name", None), details.get("usage"), rates)
         budget.charge(spent)
-        judge_total = add_cost(judge_total, spent)
-        said = parsed["preference"]
+        judge_total = _plus(judge_total, spent)
+        said = str(parsed.get("preference"))  # "first", "second" or "tie": the contract checked it
         return {
             "order": list(shown),
             "preference": {"first": shown[0], "second": shown[1]}.get(said, "tie"),
             "judge": {
                 "said": said,
-                "reasoning": parsed["reasoning"],
+                "reasoning": parsed.get("reasoning"),
                 "nonce": rendered.nonce,
                 "delimiters_neutralised": rendered.forged,
                 "truncated": list(rendered.truncated),
@@ -886,22 +1032,20 @@ async def run_comparison(
 
     start = time.perf_counter()
     asked = [verdict(order)] + ([verdict((order[1], order[0]))] if swap else [])
-    verdicts = await asyncio.gather(*asked, return_exceptions=True)
+    outcomes = await asyncio.gather(*asked, return_exceptions=True)
     timings["judge_s"] = round(time.perf_counter() - start, 6)
-    for v in verdicts:
-        if isinstance(v, ConfigError) or not isinstance(v, Exception | dict):
-            raise v
-        if isinstance(v, Exception):
-            if not isinstance(v, JudgeError | BudgetExceeded):
+    verdicts: list[_Verdict] = []
+    for v in outcomes:
+        if isinstance(v, BaseException):
+            if isinstance(v, ConfigError) or not isinstance(v, JudgeError | BudgetExceeded):
                 raise v
             details = getattr(v, "details", None)
             record["judge"] = {"error": str(v), "details": details}
             return result(f"judge: {v}")
+        verdicts.append(v)
     main = verdicts[0]
-    assert isinstance(main, dict)
     record.update(order=main["order"], preference=main["preference"], judge=main["judge"])
     if swap:
         again = verdicts[1]
-        assert isinstance(again, dict)
         record["swap"] = {**again, "agrees": again["preference"] == main["preference"]}
     return result(None)

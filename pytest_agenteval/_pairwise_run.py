@@ -36,10 +36,16 @@ from ._collect import SubjectItem
 from ._family import Article, Family, Plan
 from ._pairwise import (
     DEFAULT_SWAP_SHARE,
+    ComparisonParts,
     Contestant,
     GateTerms,
     PairwiseError,
+    PairwiseGate,
+    PairwiseStats,
+    PreferenceJudge,
+    ReportSummary,
     Side,
+    can_compare,
     first_side,
     headline,
     pairwise_gate,
@@ -53,7 +59,7 @@ from ._pairwise import (
 )
 from ._scheduler import upcoming_items
 from ._spec import Scenario
-from ._vocab import ItemError
+from ._vocab import ItemError, JSONObject, JSONValue
 from .evidence._chain import json_safe_record
 from .judges._base import ConfigError
 
@@ -84,7 +90,7 @@ def active(config: pytest.Config) -> PairwiseRun | None:
 class PairwiseItem(SubjectItem):
     """One comparison: both sides answer one scenario in setup; the judge prefers one."""
 
-    def __init__(self, *, first: str, swap: bool, **kwargs: Any) -> None:
+    def __init__(self, *, first: str, swap: bool, **kwargs: Any) -> None:  # from_parent's
         super().__init__(markers=("pairwise",), **kwargs)
         self.first = first
         self.swap = swap
@@ -107,15 +113,33 @@ class Bucket:
     preset: str
     subject: str
     condition: str = "pairwise"  # names the run directory: <stamp>-<id>-pairwise
-    manifest_extra: dict[str, Any] = field(default_factory=dict)
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    manifest_extra: JSONObject = field(default_factory=dict)
+    records: dict[str, JSONObject] = field(default_factory=dict)
     recorder: RunRecorder | None = None
+
+
+class PairwiseRunSummary(ReportSummary):
+    """summary.json of a pairwise run: a benchmark run's shape, no score, no tree."""
+
+    schema: str
+    family_version: str
+    condition: None
+    subject: str
+    score: None
+    verdict: str
+    bands: dict[str, float]
+    items: dict[str, int]
+    nodes: list[JSONValue]
+    cost: JSONObject
+    started_at: str
+    ended_at: str
+    plugin_version: str
 
 
 @dataclass
 class Outcome:
     family: str
-    summary: dict[str, Any]
+    summary: PairwiseRunSummary
     run_dir: Path | None
     head: str
 
@@ -161,9 +185,9 @@ class PairwiseRun:
             s.subject_spec is None for s in (self.a, self.b)
         )
         self._swaps: dict[str, frozenset[str]] = {}
-        self._side_subjects: dict[str, Callable[..., Any]] = {}
-        self._judge: Any = None
-        self.tasks: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
+        self._side_subjects: dict[str, Callable[..., object]] = {}
+        self._judge: PreferenceJudge | None = None
+        self.tasks: dict[str, concurrent.futures.Future[ComparisonParts]] = {}
         self.expected: set[str] = set()
         self.reported: set[str] = set()
         self.buckets: dict[str, Bucket] = {}
@@ -206,13 +230,13 @@ class PairwiseRun:
             self.subject_of(side)  # None for a side answered by the fixture, known at setup
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
         self.expected.update(i for i in ids if i.endswith(SUFFIX))
 
-    def judge(self) -> Any:
+    def judge(self) -> PreferenceJudge:
         if self._judge is None:
             (judge,) = self.state.judges()
-            if not callable(getattr(judge, "ask", None)):
+            if not can_compare(judge):
                 raise pytest.UsageError(
                     f"--pairwise: the judge {getattr(judge, 'name', judge)!r} cannot compare two "
                     "answers (it has no ask(system, user, contract) method); use "
@@ -221,11 +245,12 @@ class PairwiseRun:
             self._judge = judge
         return self._judge
 
-    def subject_of(self, side: Side, fixture_value: Any = None) -> Callable[..., Any] | None:
+    def subject_of(self, side: Side, fixture_value: object = None) -> Callable[..., object] | None:
         """The subject answering for *side*: its own spec, else the run's subject."""
         if side.subject_spec is None:
             if self.state.subject_spec:
-                return self.state.spec_subject()
+                subject: Callable[..., object] = self.state.spec_subject()
+                return subject
             if fixture_value is None:
                 return None
             if not callable(fixture_value):
@@ -247,7 +272,7 @@ class PairwiseRun:
 
     # ---------------------------------------------------------------- comparing
 
-    def _pair(self, fixture_value: Any) -> tuple[Contestant, Contestant]:
+    def _pair(self, fixture_value: object) -> tuple[Contestant, Contestant]:
         scheduler = self.state.scheduler
         out = []
         for side in (self.a, self.b):
@@ -258,7 +283,7 @@ class PairwiseRun:
 
     def _spawn(
         self, item: PairwiseItem, pair: tuple[Contestant, Contestant]
-    ) -> concurrent.futures.Future[dict[str, Any]]:
+    ) -> concurrent.futures.Future[ComparisonParts]:
         scheduler = self.state.scheduler
         return scheduler.submit(
             run_comparison(
@@ -275,7 +300,7 @@ class PairwiseRun:
             )
         )
 
-    def compare(self, item: PairwiseItem, fixture_value: Any) -> None:
+    def compare(self, item: PairwiseItem, fixture_value: object) -> None:
         """Both answers and the judge's preference for *item* (calls for the next items start)."""
         pair = self._pair(fixture_value)
         future = self.tasks.pop(item.nodeid, None) or self._spawn(item, pair)
@@ -310,7 +335,7 @@ class PairwiseRun:
 
     def _base(
         self, nodeid: str, family: Family, plan: Plan, article: Article, scenario: Scenario
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         return {
             "v": 1,
             "kind": "pairwise",
@@ -328,13 +353,13 @@ class PairwiseRun:
             "prompt": scenario.input,
         }
 
-    def _payload(self, item: PairwiseItem, parts: dict[str, Any]) -> dict[str, Any]:
+    def _payload(self, item: PairwiseItem, parts: ComparisonParts) -> dict[str, object]:
         return {
             **self._base(item.nodeid, item.family, item.plan, item.article, item.scenario),
             **parts,
         }
 
-    def error_payload(self, item: PairwiseItem, message: str) -> dict[str, Any]:
+    def error_payload(self, item: PairwiseItem, message: str) -> JSONObject:
         return {
             **self._base(item.nodeid, item.family, item.plan, item.article, item.scenario),
             "pairwise": None,
@@ -346,7 +371,7 @@ class PairwiseRun:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, Any, Any]:
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report: pytest.TestReport = yield
         if not isinstance(item, PairwiseItem) or self._nothing_to_record():
             return report
@@ -383,7 +408,7 @@ class PairwiseRun:
                 report.nodeid, "the worker running this comparison crashed before it reported"
             )
 
-    def _ingest(self, payload: dict[str, Any]) -> None:
+    def _ingest(self, payload: JSONObject) -> None:
         self.reported.add(str(payload.get("nodeid")))
         if getattr(self.config, "workerinput", None) is not None:
             return  # workers send; the controller writes
@@ -409,7 +434,7 @@ class PairwiseRun:
             bucket.recorder = RunRecorder(self.state, bucket, self._plan(bucket))
         bucket.recorder.add(payload)
 
-    def _lineage(self) -> dict[str, Any]:
+    def _lineage(self) -> JSONObject:
         prompt = pairwise_prompt()
         return {
             "a": self.a.describe(),
@@ -492,23 +517,18 @@ class PairwiseRun:
 
         plan = self._plan(bucket)
         records = sorted(bucket.records.values(), key=lambda r: str(r.get("scenario_id")))
-        stats = pairwise_stats(
+        stats: PairwiseStats = pairwise_stats(
             records, self.a.label, self.b.label, seed=self.seed, swap_share=self.swap_share
         )
         stats["sides"] = {"a": self.a.describe(), "b": self.b.describe()}
-        flagged = [
-            str(r["scenario_id"])
-            for r in records
-            if isinstance(r.get("pairwise"), dict)
-            and any((r["pairwise"].get(k) or {}).get("injection_suspected") for k in ("a", "b"))
-        ]
+        flagged = [str(r["scenario_id"]) for r in records if _suspected(r)]
         notes = []
         if plan.samples > 1:
             notes.append(
                 f"the preset asks for {plan.samples} samples: a pairwise run compares one "
                 "answer of each side per scenario"
             )
-        gate = pairwise_gate(
+        gate: PairwiseGate = pairwise_gate(
             stats,
             GateTerms.of(plan.gate),
             flagged=flagged,
@@ -520,7 +540,7 @@ class PairwiseRun:
             stats["requirement"] = requirement
         errors = stats["errors"]
         recorder = bucket.recorder
-        summary: dict[str, Any] = {
+        summary: PairwiseRunSummary = {
             "schema": "pytest-agenteval/summary/1",
             "run_id": recorder.run_id if recorder else "",
             "family": plan.family.name,
@@ -563,7 +583,7 @@ class PairwiseRun:
         head = recorder.finalize(interrupted=self.interrupted, not_evaluated=errors)
         return Outcome(plan.family.name, summary, recorder.run_dir, head)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         from ._text import SafeTerminal
 
         tr = SafeTerminal(terminalreporter)
@@ -603,17 +623,28 @@ def _shown(path: Path, config: pytest.Config) -> str:
         return str(path)
 
 
-def _cost(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _suspected(record: JSONObject) -> bool:
+    """Whether either side's answer was suspected of steering the judge."""
+    pair = record.get("pairwise")
+    if not isinstance(pair, dict):
+        return False
+    sides = (pair.get(k) for k in ("a", "b"))
+    return any(isinstance(s, dict) and s.get("injection_suspected") for s in sides)
+
+
+def _cost(records: list[JSONObject]) -> JSONObject:
     """Tokens and dollars of the run (``usd`` None once any rate is unknown)."""
-    total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    usd_total: float | None = 0.0
+    tokens = {"prompt_tokens": 0, "completion_tokens": 0}
     for record in records:
-        cost = (record.get("cost") or {}).get("total")
-        if not isinstance(cost, dict):
+        cost = record.get("cost")
+        total = cost.get("total") if isinstance(cost, dict) else None
+        if not isinstance(total, dict):
             continue  # no call was made for it (lost, interrupted)
-        usd = cost.get("usd")
-        if total["usd"] is not None:
-            total["usd"] = None if not isinstance(usd, (int, float)) else total["usd"] + usd
-        for key in ("prompt_tokens", "completion_tokens"):
-            value = cost.get(key)
-            total[key] += value if isinstance(value, int) and not isinstance(value, bool) else 0
-    return {"total": total, "pillars": {}}
+        usd = total.get("usd")
+        if usd_total is not None:
+            usd_total = usd_total + usd if isinstance(usd, int | float) else None
+        for key in tokens:
+            value = total.get(key)
+            tokens[key] += value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return {"total": {"usd": usd_total, **tokens}, "pillars": {}}

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
@@ -28,11 +28,12 @@ from . import _settings as settings
 from ._baseline import Baseline, BaselineError, BaselineSearch, search, write_pointer
 from ._compare import DEFAULT_ALPHA, Comparison, compare, summary_fields
 from ._suites import ScenarioInfo, SuiteReport, score_suites
+from ._vocab import JSONObject
 
 if TYPE_CHECKING:
     from ._evals import EvalResult
     from ._family import Family, Plan
-    from ._session import AgentevalState, FamilyOutcome
+    from ._session import AgentevalState, Collected, FamilyOutcome
 
 _CONFIG_FILES = ("pyproject.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
@@ -45,7 +46,13 @@ class FamilyTerms:
     comparison: Comparison | None = None
     baseline: Baseline | None = None
     baseline_label: str = ""
-    fields: dict[str, Any] = field(default_factory=dict)  # summary.json keys
+    fields: JSONObject = field(default_factory=dict)  # summary.json keys
+
+
+class _Lines(Protocol):
+    """Where annotations go: the terminal reporter (or its escaping wrapper)."""
+
+    def write_line(self, text: str, **markup: bool) -> None: ...
 
 
 def repo_root(start: Path) -> Path:
@@ -61,7 +68,7 @@ def repo_root(start: Path) -> Path:
     return start
 
 
-def bundled_location(config: pytest.Config, family: str) -> dict[str, Any] | None:
+def bundled_location(config: pytest.Config, family: str) -> dict[str, str | int] | None:
     """A file of the user's repository to show a bundled family's findings on.
 
     GitHub code scanning needs every result located on a file of the
@@ -138,7 +145,7 @@ class PullRequestCheck:
             what="a significance level",
         )
         self.searches: dict[tuple[str, str | None], BaselineSearch] = {}
-        self.summaries: list[dict[str, Any]] = []
+        self.summaries: list[dict[str, object]] = []
         if self.spec is not None and not state.is_worker:
             self._resolve_early()
 
@@ -152,7 +159,7 @@ class PullRequestCheck:
     def _families_now(self) -> list[Family]:
         """The families this run names: --bench, and family folders or article files given as paths."""
         from ._family import is_family_dir
-        from ._yaml import SpecError
+        from ._vocab import SpecError
 
         state = self.state
         found: dict[Path, Family] = {}
@@ -229,7 +236,7 @@ class PullRequestCheck:
             self.searches[key] = found
         return found.pick(subject)
 
-    def family_terms(self, plan: Plan, tree: EvalResult | None, bucket: Any) -> FamilyTerms:
+    def family_terms(self, plan: Plan, tree: EvalResult | None, bucket: Collected) -> FamilyTerms:
         """Suites and the comparison with the baseline, before the gate is decided."""
         from .evidence._run_dir import node_dict
 
@@ -258,7 +265,7 @@ class PullRequestCheck:
             if note:
                 terms.fields["baseline_note"] = note
             return terms
-        candidate = {
+        candidate: dict[str, object] = {
             "family": family.name,
             "preset": plan.preset,
             "condition": bucket.condition,
@@ -281,7 +288,7 @@ class PullRequestCheck:
         return terms
 
     def after_run(
-        self, outcome: FamilyOutcome, summary: Mapping[str, Any], interrupted: bool
+        self, outcome: FamilyOutcome, summary: Mapping[str, object], interrupted: bool
     ) -> None:
         """Point ``<out>/latest/<family>.json`` at the run just sealed; keep its summary."""
         if outcome.run_dir is None:
@@ -302,7 +309,7 @@ class PullRequestCheck:
                     "run_id": summary.get("run_id"),
                     "chain_head": outcome.head,
                     "completed": not interrupted,
-                    "gate_passed": (summary.get("gate") or {}).get("passed"),
+                    "gate_passed": _gate_passed(summary.get("gate")),
                     "score": summary.get("score"),
                     "ended_at": summary.get("ended_at"),
                 },
@@ -312,12 +319,21 @@ class PullRequestCheck:
 
     def write_job_summary(self) -> None:
         """Append the GitHub job summary when ``GITHUB_STEP_SUMMARY`` names a file."""
-        from .reports._github import job_summary
+        from ._model import RunSummary
+        from .reports._github import SealedRun, job_summary
 
         target = os.environ.get("GITHUB_STEP_SUMMARY")
         if not target or not self.summaries:
             return
-        text = self.state.redactor.text(job_summary(self.summaries))
+        runs = [
+            SealedRun(
+                RunSummary.from_json(s),
+                run_dir=str(s.get("run_dir") or ""),
+                chain_head=str(s.get("chain_head_final") or ""),
+            )
+            for s in self.summaries
+        ]
+        text = self.state.redactor.text(job_summary(runs))
         try:
             with open(target, "a", encoding="utf-8", errors="backslashreplace") as fh:
                 fh.write(text + "\n")
@@ -339,11 +355,18 @@ class PullRequestCheck:
                     out[(family.name, sid)] = (rel, line)
         return out
 
-    def write_annotations(self, tr: Any) -> None:
+    def write_annotations(self, tr: _Lines) -> None:
         """``::error`` lines for the runner (``GITHUB_ACTIONS=true``)."""
+        from ._model import RunSummary
         from .reports._github import error_annotations
 
         if os.environ.get("GITHUB_ACTIONS") != "true" or not self.summaries:
             return
-        for line in error_annotations(self.summaries, self.locations()):
+        summaries = [RunSummary.from_json(s) for s in self.summaries]
+        for line in error_annotations(summaries, self.locations()):
             tr.write_line(self.state.redactor.text(line))
+
+
+def _gate_passed(gate: object) -> object:
+    """A summary's ``gate.passed`` (None when it has no gate)."""
+    return gate.get("passed") if isinstance(gate, Mapping) else None

@@ -41,11 +41,15 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._checks import ToolCall
-from ._yaml import MAX_DEPTH, SpecError, describe_value, read_limited
+from ._vocab import JSONObject, JSONValue, SpecError
+from ._yaml import MAX_DEPTH, describe_value, read_limited
 from .subjects._base import Response, SubjectError
+
+if TYPE_CHECKING:
+    from ._suites import ScenarioInfo
 
 __all__ = ["MAX_REPLAY_BYTES", "Recorded", "ReplayLog", "ReplaySubject", "load_replay"]
 
@@ -85,7 +89,7 @@ class ReplayLog:
     def lookup(self, scenario_id: str, condition: str | None, sample: int) -> Recorded | None:
         return self.entries.get((scenario_id, condition, sample))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONObject:
         """What the manifest records: the file, its SHA-256 and what it held."""
         return {
             "file": self.shown,
@@ -177,10 +181,11 @@ class ReplaySubject:
         self.name = log.label()
 
     async def __call__(
-        self, prompt: str, *, scenario: Mapping[str, Any], condition: str | None = None
+        self, prompt: str, *, scenario: Mapping[str, object], condition: str | None = None
     ) -> Response:
         sid = str(scenario.get("id"))
-        sample = int(scenario.get("sample") or 0)
+        given = scenario.get("sample")
+        sample = given if isinstance(given, int) else 0
         rec = self.log.lookup(sid, condition, sample)
         if rec is None:  # the session skips these items before asking; belt and braces
             raise SubjectError(not_replayed_reason(self.log, sid, condition, sample))
@@ -194,7 +199,7 @@ def not_replayed_reason(log: ReplayLog, sid: str, condition: str | None, sample:
     )
 
 
-def with_replay_tag(infos: Sequence[Any], replayed: Iterable[str]) -> list[Any]:
+def with_replay_tag(infos: Sequence[ScenarioInfo], replayed: Iterable[str]) -> list[ScenarioInfo]:
     """Suite selection infos with the ``replay`` tag added to the replayed scenarios.
 
     A replayed run counts as the bundled ``replay`` suite (``select: {tags: [replay]}``)
@@ -255,11 +260,11 @@ def load_replay(path: Path, shown: str | None = None) -> ReplayLog:
     return log
 
 
-def _parse(line: bytes, shown: str, number: int) -> dict[str, Any]:
+def _parse(line: bytes, shown: str, number: int) -> JSONObject:
     from ._golden import _no_constants, _strict_pairs, _too_deep
 
     try:
-        obj = json.loads(
+        obj: JSONValue = json.loads(
             line.decode("utf-8"), object_pairs_hook=_strict_pairs, parse_constant=_no_constants
         )
     except UnicodeDecodeError:
@@ -278,7 +283,7 @@ def _parse(line: bytes, shown: str, number: int) -> dict[str, Any]:
 
 
 def _recorded(
-    obj: Mapping[str, Any], shown: str, number: int, order: dict[tuple[str, str | None], int]
+    obj: JSONObject, shown: str, number: int, order: dict[tuple[str, str | None], int]
 ) -> Recorded:
     sid = obj.get("scenario_id")
     if not isinstance(sid, str) or not sid:
@@ -310,7 +315,7 @@ def _recorded(
     return Recorded(sid, condition, sample, answer, _tool_calls(obj, shown, number), number)
 
 
-def _tool_calls(obj: Mapping[str, Any], shown: str, number: int) -> tuple[ToolCall, ...]:
+def _tool_calls(obj: JSONObject, shown: str, number: int) -> tuple[ToolCall, ...]:
     raw = obj.get("tool_calls")
     if raw is None:
         return ()
@@ -322,7 +327,7 @@ def _tool_calls(obj: Mapping[str, Any], shown: str, number: int) -> tuple[ToolCa
         if not isinstance(call, dict):
             raise SpecError(shown, number, f"{where} must be an object, got {describe_value(call)}")
         function = call.get("function")
-        inner: dict[str, Any] = function if isinstance(function, dict) else call
+        inner: JSONObject = function if isinstance(function, dict) else call
         name, args = inner.get("name"), inner.get("arguments", {})
         if not isinstance(name, str) or not name:
             raise SpecError(shown, number, f'{where}: "name" must be a non-empty string')

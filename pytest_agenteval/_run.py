@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._checks import Answer, ToolCall
 from ._conditions import Condition
@@ -48,6 +48,9 @@ from .judges._base import (
 from .judges._injection import given_text, scan_answer
 from .subjects._base import SubjectError, call_subject
 
+if TYPE_CHECKING:
+    from ._mcp import McpCall
+
 
 @dataclass(frozen=True)
 class ScenarioRun:
@@ -61,7 +64,7 @@ class ScenarioRun:
     judge_latency_s: float | None
     cost: Mapping[str, Any] | None = None
     #: the calls made to the condition's MCP servers, and the provider tool loop's account
-    mcp_calls: tuple[dict[str, Any], ...] = ()
+    mcp_calls: tuple[McpCall, ...] = ()
     tool_loop: Mapping[str, Any] | None = None
 
 
@@ -466,6 +469,7 @@ async def run_scenario(
     for spent in judge_costs:
         judge_total = add_cost(judge_total, spent)
     total = add_cost(judge_total, subject_cost)
+    loop = call.response.meta.get("tool_loop")
     return ScenarioRun(
         result=result,
         answer=call.response.text,
@@ -475,7 +479,7 @@ async def run_scenario(
         judge_latency_s=judge_latency,
         cost={"subject": subject_cost.to_dict(), "judge": judge_total, "total": total},
         mcp_calls=tuple(caller.calls) if caller is not None else (),
-        tool_loop=call.response.meta.get("tool_loop") if caller is not None else None,
+        tool_loop=loop if caller is not None and isinstance(loop, Mapping) else None,
     )
 
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypedDict
 
 from ._vocab import GRADED_VERDICTS
 
@@ -57,6 +57,27 @@ CONFIDENCE = 0.95
 SAMPLE_AGGREGATIONS = ("mean", "majority_vote")
 _DIGITS = 6  # as every score: rounded once, where it is made
 _Z95 = 1.959963984540054  # the normal 0.975 quantile
+
+
+class SampleStats(TypedDict):
+    """What a scenario node says of its graded samples (see :func:`sample_stats`)."""
+
+    score_std: float | None
+    score_ci: list[float] | None
+    ci_method: str | None
+    ci_level: float | None
+    sample_verdicts: dict[str, int]
+    unanimous: bool | None
+
+
+class ReliabilityDoc(TypedDict):
+    """How repeated samples agree over some scenarios (see :func:`reliability`)."""
+
+    scenarios: int
+    unanimous: int
+    agreement: float
+    mean_std: float | None
+    disagreeing: list[str]
 
 
 def _round(value: float) -> float:
@@ -139,7 +160,7 @@ def wilson_interval(passes: int, n: int, z: float = _Z95) -> list[float] | None:
 
 def sample_stats(
     scores: Sequence[float], verdicts: Sequence[str], aggregation: str = "mean"
-) -> dict[str, Any]:
+) -> SampleStats:
     """What a scenario node says of its graded samples.
 
     *scores* and *verdicts* are the graded samples' (same order). Returns
@@ -154,7 +175,7 @@ def sample_stats(
     if len(scores) != len(verdicts):
         raise ValueError("one verdict per score")
     n = len(scores)
-    counts = {v: sum(1 for x in verdicts if x == v) for v in GRADED_VERDICTS}
+    counts: dict[str, int] = {v: sum(1 for x in verdicts if x == v) for v in GRADED_VERDICTS}
     if aggregation == "majority_vote":
         ci, method = wilson_interval(counts["pass"], n), "wilson"
     else:
@@ -169,22 +190,18 @@ def sample_stats(
     }
 
 
-def reliability(scenario_metas: Iterable[Any]) -> dict[str, Any] | None:
+def reliability(scenario_metas: Iterable[Mapping[str, object]]) -> ReliabilityDoc | None:
     """Agreement of repeated samples over some scenarios (the metas of their nodes).
 
     Counts the scenarios with at least two graded samples; None when there is
     none. ``agreement`` = unanimous / scenarios; ``mean_std`` = the mean of
     their ``score_std``; ``disagreeing`` names the others.
     """
-    multi = [
-        m
-        for m in scenario_metas
-        if isinstance(m.get("graded_samples"), int) and m["graded_samples"] >= 2
-    ]
+    multi = [m for m in scenario_metas if _count(m.get("graded_samples")) >= 2]
     if not multi:
         return None
     unanimous = sum(1 for m in multi if m.get("unanimous") is True)
-    stds = [float(m["score_std"]) for m in multi if m.get("score_std") is not None]
+    stds = [std for m in multi if (std := _float(m.get("score_std"))) is not None]
     return {
         "scenarios": len(multi),
         "unanimous": unanimous,
@@ -192,3 +209,12 @@ def reliability(scenario_metas: Iterable[Any]) -> dict[str, Any] | None:
         "mean_std": _round(math.fsum(stds) / len(stds)) if stds else None,
         "disagreeing": [str(m.get("id")) for m in multi if m.get("unanimous") is not True],
     }
+
+
+def _count(value: object) -> int:
+    """A count from a node's meta; 0 when it is missing or not a whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -32,9 +32,13 @@ import fnmatch
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from ._vocab import GRADED
+from ._vocab import GRADED, JSONObject, SpecError
+
+if TYPE_CHECKING:
+    from ._spec import BenchmarkSpec, SuiteSpec
 
 __all__ = [
     "METRICS",
@@ -130,7 +134,7 @@ class SuiteScore:
     def below_min(self) -> bool:
         return self.value is not None and self.suite_min is not None and self.value < self.suite_min
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "name": self.name,
             "title": self.title,
@@ -155,12 +159,12 @@ class SuiteReport:
     def defined(self) -> bool:
         return bool(self.suites)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"bench": self.bench, "items": [s.to_dict() for s in self.suites]}
 
 
 def score_suites(
-    suites: Sequence[Any],  # SuiteSpec models
+    suites: Sequence[SuiteSpec],
     scenarios: Iterable[ScenarioInfo],
     results: Mapping[str, tuple[float | None, str]],
     *,
@@ -203,7 +207,11 @@ def score_suites(
 
 
 def check_suites(
-    spec: Any, data: Any, path: Any, controls: Iterable[str], pillars: Iterable[str]
+    spec: BenchmarkSpec,
+    data: object,
+    path: Path | str,
+    controls: Iterable[str],
+    pillars: Iterable[str],
 ) -> None:
     """Cross-check a family's ``suites:`` (raises SpecError naming the file and line).
 
@@ -211,9 +219,9 @@ def check_suites(
     and pillars a selection names exist, and every ``suite_min`` in a gate names
     a suite.
     """
-    from ._yaml import SpecError, line_of
+    from ._yaml import line_of
 
-    suites = list(getattr(spec, "suites", None) or ())
+    suites = list(spec.suites)
     seen: dict[str, int] = {}
     known_controls, known_pillars = set(controls), set(pillars)
     for i, suite in enumerate(suites):
@@ -245,7 +253,7 @@ def check_suites(
         (("presets", name, "gate"), p.gate) for name, p in spec.presets.items() if p.gate
     ]
     for loc, gate in gates:
-        for name in getattr(gate, "suite_min", None) or {}:
+        for name in gate.suite_min:
             if name not in seen:
                 names = ", ".join(seen) or "none defined"
                 raise SpecError(

@@ -43,15 +43,76 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO, TypedDict
 
 from ._compare_cli import fraction_arg
-from ._vocab import GRADED, Bands
+from ._vocab import GRADED, Bands, JSONObject, JSONValue
 
 EXIT_OK, EXIT_TAMPERED, EXIT_USAGE = 0, 1, 2
 DEFAULT_MARGIN = 0.10
 DEFAULT_BANDS = Bands().to_json()
 _EPS = 1e-9  # a score exactly `margin` from an edge is within it, whatever binary floats say
+_NO_FIELDS: Mapping[str, object] = {}
+
+
+def _fields(value: object) -> Mapping[str, object]:
+    """*value* when it is a JSON object, else an empty one: run files are read, not trusted."""
+    return value if isinstance(value, Mapping) else _NO_FIELDS
+
+
+def _items(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+class Provenance(TypedDict):
+    """Where a candidate comes from (values as the run recorded them)."""
+
+    source: str
+    run_id: str
+    results_line: int
+    nodeid: object
+    condition: object
+    sample: object
+    judge: str
+    tool_calls: object
+
+
+class CandidateEntry(TypedDict):
+    """A golden-entry candidate: the golden format with the label fields left empty."""
+
+    scenario_id: object
+    article: object
+    input: object
+    response: str
+    expected_verdict: None
+    expected_score_min: None
+    expected_score_max: None
+    rationale: None
+    stratum: None
+    split: None
+    why: str
+    judge_score: float
+    judge_verdict: object
+    provenance: Provenance
+
+
+class PanelJudge(TypedDict):
+    judge: str
+    score: object
+    verdict: object
+
+
+class PanelSplit(TypedDict):
+    part: str  # "grade", or the criterion's name
+    judges: list[PanelJudge]
+
+
+class Counts(TypedDict):
+    graded: int
+    near_edge: int
+    disagreement: int
+    without_article_bands: int
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -61,13 +122,13 @@ class Candidate:
     line: int
     disagreement: bool
     distance: float  # to the nearest band edge (inf when picked for disagreement only)
-    entry: dict[str, Any]
+    entry: CandidateEntry
 
 
 # --------------------------------------------------------------------------- picking
 
 
-def band_edges(bands: Mapping[str, Any]) -> list[tuple[str, float]]:
+def band_edges(bands: Mapping[str, object]) -> list[tuple[str, float]]:
     """The edges a verdict changes at: pass and warn (an edge at 0 is none: nothing is below it)."""
     edges = []
     for name in ("pass", "warn"):
@@ -78,7 +139,7 @@ def band_edges(bands: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 
 def nearest_edge(
-    score: float, bands: Mapping[str, Any], margin: float
+    score: float, bands: Mapping[str, object], margin: float
 ) -> tuple[str, float, float] | None:
     """(edge name, edge, distance) of the closest band edge within *margin* of *score*."""
     near = [
@@ -89,15 +150,15 @@ def nearest_edge(
     return min(near, key=lambda n: n[2]) if near else None
 
 
-def panel_disagreements(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+def panel_disagreements(result: Mapping[str, object]) -> list[PanelSplit]:
     """Where the judges of a panel gave different verdicts: the whole grade, or a criterion.
 
     Each is ``{"part": "grade" | criterion name, "judges": [{judge, score, verdict}, ...]}``.
     """
-    found: list[dict[str, Any]] = []
+    found: list[PanelSplit] = []
 
-    def walk(node: Mapping[str, Any], part: str) -> None:
-        children = [c for c in node.get("children") or () if isinstance(c, Mapping)]
+    def walk(node: Mapping[str, object], part: str) -> None:
+        children = [c for c in _items(node.get("children")) if isinstance(c, Mapping)]
         judges = [c for c in children if c.get("kind") == "judge"]
         graded = [j for j in judges if j.get("verdict") in GRADED]
         if len({j["verdict"] for j in graded}) > 1:
@@ -106,7 +167,7 @@ def panel_disagreements(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "part": part,
                     "judges": [
                         {
-                            "judge": str((j.get("meta") or {}).get("judge") or j.get("name")),
+                            "judge": str(_fields(j.get("meta")).get("judge") or j.get("name")),
                             "score": j.get("score"),
                             "verdict": j.get("verdict"),
                         }
@@ -122,16 +183,16 @@ def panel_disagreements(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def _score_text(value: Any) -> str:
+def _score_text(value: object) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:.2f}"
     return "-"
 
 
 def pick(
-    record: Mapping[str, Any],
+    record: Mapping[str, object],
     line: int,
-    bands: Mapping[str, Any],
+    bands: Mapping[str, object],
     margin: float,
     *,
     run_id: str,
@@ -145,10 +206,10 @@ def pick(
     verdict = result.get("verdict")
     if verdict not in GRADED or not isinstance(score, (int, float)):
         return None  # errored or skipped: nothing was graded
-    if not isinstance(record.get("answer"), str):
+    answer = record.get("answer")
+    if not isinstance(answer, str):
         return None
-    raw_meta = result.get("meta")
-    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+    meta = _fields(result.get("meta"))
     judge = str(meta.get("judge") or "judge")
     reasons = []
     edge = nearest_edge(float(score), bands, margin)
@@ -170,11 +231,11 @@ def pick(
         reasons.append(f"judges disagreed{where}: {who}")
     if not reasons:
         return None
-    entry = {
+    entry: CandidateEntry = {
         "scenario_id": record.get("scenario_id"),
         "article": meta.get("control_id"),
         "input": record.get("prompt"),
-        "response": record.get("answer"),
+        "response": answer,
         "expected_verdict": None,
         "expected_score_min": None,
         "expected_score_max": None,
@@ -203,49 +264,54 @@ def pick(
     )
 
 
-def article_bands(summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def article_bands(summary: Mapping[str, object]) -> dict[str, dict[str, object]]:
     """Control id → the article's bands, from summary.json's article nodes."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, dict[str, object]] = {}
 
-    def walk(node: Any) -> None:
+    def walk(node: object) -> None:
         if not isinstance(node, Mapping):
             return
-        if node.get("kind") == "article" and isinstance(node.get("bands"), Mapping):
-            found[str(node.get("id"))] = dict(node["bands"])
-        for child in node.get("children") or ():
+        bands = node.get("bands")
+        if node.get("kind") == "article" and isinstance(bands, Mapping):
+            found[str(node.get("id"))] = dict(bands)
+        for child in _items(node.get("children")):
             walk(child)
 
-    for root in summary.get("nodes") or ():
+    for root in _items(summary.get("nodes")):
         walk(root)
     return found
 
 
-def item_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def item_records(path: Path) -> Iterator[tuple[int, JSONObject]]:
     """(line number, record) of each item record of a results.jsonl (not the seal, not golden)."""
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue
-            record = json.loads(raw)
+            record: JSONValue = json.loads(raw)
             if isinstance(record, dict) and "result" in record and "kind" not in record:
                 yield number, record
 
 
-def candidates(run_dir: Path, margin: float) -> tuple[list[Candidate], dict[str, Any]]:
+def candidates(run_dir: Path, margin: float) -> tuple[list[Candidate], Counts]:
     """The run's candidates, ordered (disagreements first, then nearest an edge), and counts."""
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    summary: JSONValue = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    if not isinstance(summary, dict):
+        raise ValueError("summary.json is not a JSON object")
     by_article = article_bands(summary)
-    run_bands = summary.get("bands") if isinstance(summary.get("bands"), Mapping) else None
+    given_bands = summary.get("bands")
+    run_bands = given_bands if isinstance(given_bands, Mapping) else None
     run_id = str(summary.get("run_id") or "")
     picked: list[Candidate] = []
-    seen: set[tuple[Any, Any]] = set()
+    seen: set[tuple[object, object]] = set()
     graded = 0
     fallback = 0
     for number, record in item_records(run_dir / "results.jsonl"):
-        result = record.get("result") or {}
+        result = _fields(record.get("result"))
         if result.get("verdict") in GRADED:
             graded += 1
-        control = str((result.get("meta") or {}).get("control_id"))
+        control = str(_fields(result.get("meta")).get("control_id"))
+        bands: Mapping[str, object]
         if control in by_article:
             bands, source = by_article[control], "the article's bands"
         else:
@@ -261,7 +327,7 @@ def candidates(run_dir: Path, margin: float) -> tuple[list[Candidate], dict[str,
         seen.add(key)
         picked.append(found)
     picked.sort(key=lambda c: (not c.disagreement, c.distance, c.line))
-    counts = {
+    counts: Counts = {
         "graded": graded,
         "near_edge": sum(1 for c in picked if c.distance != math.inf),
         "disagreement": sum(1 for c in picked if c.disagreement),
@@ -301,7 +367,7 @@ def _emit(stream: TextIO, text: str) -> None:
     stream.write(text.encode(encoding, "backslashreplace").decode(encoding) + "\n")
 
 
-def _line(entry: Mapping[str, Any]) -> str:
+def _line(entry: Mapping[str, object]) -> str:
     """One JSON line, readable UTF-8; escaped where the text holds what UTF-8 cannot (a lone
     surrogate), so the file is always valid."""
     text = json.dumps(entry, ensure_ascii=False)

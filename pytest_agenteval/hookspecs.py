@@ -6,17 +6,21 @@ over for the specs you handle and return ``None`` for the rest.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from .judges._base import Judge
+
 
 @pytest.hookspec(firstresult=True)
-def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Any | None:
+def pytest_agenteval_make_judge(config: pytest.Config, spec: str) -> Judge | None:
     """Return a judge for ``--judge=SPEC`` (an object with ``name`` and
     ``async grade(request) -> Grade``), or ``None`` if *spec* is not yours."""
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | None:
+def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Callable[..., object] | None:
     """Return the subject callable for ``--subject=SPEC``, or ``None`` if *spec* is not yours."""

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+
 import pytest
 from demo_family import make_demo
 
-# The plugin imports its run machinery only when a run is asked for. pytester's
-# in-process runs drop modules first imported inside them, so a conftest's
-# `from pytest_agenteval import Response` could meet a re-imported, different
-# class on the next run; importing the machinery here keeps one copy.
-import pytest_agenteval._calibration
-import pytest_agenteval._session  # noqa: F401
+
+def keep_loaded(*names: str) -> None:
+    """Import *names* into this process now, so that pytester's in-process runs keep them.
+
+    An in-process run drops the modules first imported inside it; the next import makes a
+    second copy, whose classes no longer match objects made from the first. Modules that
+    are not installed are skipped.
+    """
+    for name in names:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+# The plugin imports its run machinery only when a run is asked for, so a conftest's
+# `from pytest_agenteval import Response` could otherwise meet a re-imported, different
+# class on the next run.
+keep_loaded("pytest_agenteval._calibration", "pytest_agenteval._session")
 
 
 @pytest.fixture

@@ -359,7 +359,9 @@ def _tool_args_dict(call: ToolCall) -> dict[str, Any]:
     return dict(call.arguments)
 
 
-def _error_body(provider: Provider, status: int, message: str, etype: str | None, code: str | None):
+def _error_body(
+    provider: Provider, status: int, message: str, etype: str | None, code: str | None
+) -> dict[str, Any]:
     if provider == "openai":
         default_type, default_code = _OPENAI_ERROR_TYPES.get(
             status, ("server_error" if status >= 500 else "invalid_request_error", None)
@@ -513,7 +515,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def read_body(self) -> bytes:
         if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:

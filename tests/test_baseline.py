@@ -221,6 +221,7 @@ def test_scenarios_in_one_run_only_are_not_paired() -> None:
     after = dict(ALL_PASS) | {"a-01": 0.0}
     c = compare(_summary(before), _summary(after))
     data = c.to_dict()["scenarios"]
+    assert isinstance(data, dict)
     assert data["added"] == ["b-10"] and data["shared"] == 19 and data["worse"] == 1
     assert any("share 19 scenarios" in n for n in c.notes)
 
@@ -268,8 +269,9 @@ def test_latest_is_the_newest_complete_run_of_the_same_preset(
     _run(pytester, monkeypatch, "pr-a-01", "-x")
     assert len(_runs(pytester)) == 2
     found = search("latest", pytester.path / ".agenteval", family="prbench", preset="smoke")
-    assert found.pick("agent")[0] is not None
-    assert found.pick("agent")[0].path == first  # type: ignore[union-attr]
+    latest, _ = found.pick("agent")
+    assert latest is not None
+    assert latest.path == first
     assert found.pick("someone-else") == (None, found.pick("someone-else")[1])
     assert "no complete earlier run" in str(found.pick("someone-else")[1])
     # another preset's runs are not candidates
@@ -279,7 +281,8 @@ def test_latest_is_the_newest_complete_run_of_the_same_preset(
     by_path = search(
         str(pytester.path / ".agenteval"), Path("/nonexistent"), family="prbench", preset="smoke"
     )
-    assert by_path.pick("agent")[0].path == first  # type: ignore[union-attr]
+    latest, _ = by_path.pick("agent")
+    assert latest is not None and latest.path == first
 
 
 def test_a_tampered_baseline_is_refused_naming_the_file(

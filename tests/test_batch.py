@@ -117,7 +117,8 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def batch_json(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "batch.json").read_text())
+    data: dict[str, Any] = json.loads((run_dir / "batch.json").read_text())
+    return data
 
 
 def _entry(body: Any) -> str:

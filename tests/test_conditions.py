@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from pytest_agenteval._conditions import (
     parse_conditions,
     sign_test_two_sided,
 )
-from pytest_agenteval._yaml import SpecError
+from pytest_agenteval._vocab import SpecError
 from pytest_agenteval.reports._terminal import comparison_lines
 
 FULL = """\
@@ -83,7 +84,9 @@ def test_the_manifest_keeps_names_never_values(tmp_path: Path) -> None:
     text = json.dumps(described)
     for secret in ("hunter2-secret", "abc123", "user:pw", "token=abc"):
         assert secret not in text
-    local, remote = described["mcp_servers"]
+    servers = described["mcp_servers"]
+    assert isinstance(servers, list)
+    local, remote = servers
     assert local == {
         "name": "local",
         "transport": "stdio",
@@ -94,6 +97,7 @@ def test_the_manifest_keeps_names_never_values(tmp_path: Path) -> None:
         "protocol_version": None,
         "tools": ["q"],
     }
+    assert isinstance(remote, dict)
     assert remote["url"] == "https://tools.example.com:8443/mcp"
     assert remote["headers"] == ["Authorization"] and remote["server"] is None
     assert described["system_prompt_sha256"] == hashlib.sha256(b"Use the tools.").hexdigest()
@@ -235,8 +239,12 @@ def scores(name: str, values: dict[str, tuple[str, tuple[float, ...]]]) -> Condi
     return ConditionScores(name, None, pillars, values)
 
 
-def group(result: dict[str, Any], pillar: str) -> list[dict[str, Any]]:
+def group(result: Mapping[str, Any], pillar: str) -> list[dict[str, Any]]:
     return next(g["conditions"] for g in result["groups"] if g["pillar"] == pillar)
+
+
+def pillars(result: Mapping[str, Any]) -> list[str]:
+    return [g["pillar"] for g in result["groups"]]
 
 
 def test_comparison_by_hand() -> None:
@@ -262,7 +270,7 @@ def test_comparison_by_hand() -> None:
     )
     result = compare_conditions([a, b])
     assert result["reference"] == "a"
-    assert [g["pillar"] for g in result["groups"]] == ["overall", "p", "q"]
+    assert pillars(result) == ["overall", "p", "q"]
     ref, other = group(result, "overall")
     assert (ref["mean"], ref["scenarios"], "difference" in ref) == (0.375, 4, False)
     assert (other["mean"], other["scenarios"]) == (0.9, 5)

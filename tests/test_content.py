@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agenteval._checks import check_names
-from pytest_agenteval._family import load_family, resolve_plan
+from pytest_agenteval._family import Family, load_family, resolve_plan
 from pytest_agenteval._golden import load_golden, pillar_stats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,11 +24,11 @@ def test_the_three_families_are_bundled() -> None:
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def family(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def family(request: pytest.FixtureRequest) -> Family:
     return load_family(ROOT / "benchmarks" / request.param)
 
 
-def test_every_file_loads_and_the_family_is_large_enough(family) -> None:  # type: ignore[no-untyped-def]
+def test_every_file_loads_and_the_family_is_large_enough(family: Family) -> None:
     assert not family.article_errors
     controls, scenarios, pillars = MINIMUMS[family.name]
     base = [a for a in family.articles if a.meta.pack is None]
@@ -37,7 +37,7 @@ def test_every_file_loads_and_the_family_is_large_enough(family) -> None:  # typ
     assert len(family.spec.pillars) >= pillars
 
 
-def test_ids_are_unique_and_weights_add_up(family) -> None:  # type: ignore[no-untyped-def]
+def test_ids_are_unique_and_weights_add_up(family: Family) -> None:
     ids = [s.id for a in family.articles for s in a.scenarios]
     assert len(ids) == len(set(ids))
     assert math.isclose(sum(float(p.weight) for p in family.spec.pillars), 1.0, abs_tol=1e-3)
@@ -46,13 +46,13 @@ def test_ids_are_unique_and_weights_add_up(family) -> None:  # type: ignore[no-u
         assert article.meta.rubric, f"{article.control_id} declares no substance rubric"
 
 
-def test_patterns_mix(family) -> None:  # type: ignore[no-untyped-def]
+def test_patterns_mix(family: Family) -> None:
     patterns = [s.pattern for a in family.articles for s in a.scenarios]
     assert set(patterns) == {"direct", "trap", "edge-case", "probe"}
     assert sum(p in ("trap", "edge-case") for p in patterns) >= len(patterns) / 3
 
 
-def test_presets_resolve(family) -> None:  # type: ignore[no-untyped-def]
+def test_presets_resolve(family: Family) -> None:
     presets = family.spec.presets
     assert {"smoke", "standard", "audit"} <= set(presets)
     assert len(resolve_plan(family, "smoke").controls) == 5
@@ -66,7 +66,7 @@ def test_presets_resolve(family) -> None:  # type: ignore[no-untyped-def]
         assert math.isclose(sum(plan.pillar_weights.values()), 1.0, abs_tol=1e-9)
 
 
-def test_checks_use_known_vocabulary_and_a_good_share_is_checkable(family) -> None:  # type: ignore[no-untyped-def]
+def test_checks_use_known_vocabulary_and_a_good_share_is_checkable(family: Family) -> None:
     known = set(check_names())
     criteria = [c for a in family.articles for s in a.scenarios for c in s.evaluation_criteria]
     for c in criteria:
@@ -75,7 +75,7 @@ def test_checks_use_known_vocabulary_and_a_good_share_is_checkable(family) -> No
     assert sum(c.check is not None for c in criteria) / len(criteria) >= 0.5
 
 
-def test_judge_prompt_is_versioned_and_states_the_contract(family) -> None:  # type: ignore[no-untyped-def]
+def test_judge_prompt_is_versioned_and_states_the_contract(family: Family) -> None:
     text = family.judge_prompt or ""
     assert text.startswith("<!-- version:")
     assert "overall_score" in text and "criteria" in text

@@ -25,19 +25,20 @@ from pytest_agenteval import (
     band_verdict,
 )
 from pytest_agenteval._checks import parse_check
-from pytest_agenteval._evals import combine_results, score_severity
+from pytest_agenteval._evals import combine_results
+from pytest_agenteval._vocab import Verdict, score_severity
 
 
 def leaf(
     key: str,
     score: float | None,
     weight: float = 1.0,
-    verdict: str | None = None,
+    verdict: Verdict | None = None,
     severity: str | None = None,
 ) -> EvalResult:
     if verdict is None:
         verdict = "error" if score is None else band_verdict(score, Bands())
-    return EvalResult(key, key, score, verdict, weight=weight, severity=severity)  # type: ignore[arg-type]
+    return EvalResult(key, key, score, verdict, weight=weight, severity=severity)
 
 
 def test_bands_have_a_real_warn_band() -> None:
@@ -106,10 +107,10 @@ def test_majority_vote() -> None:
     score, verdict = aggregate(
         "majority_vote", [leaf("a", 0.9, 0.3), leaf("b", 0.8, 0.3), leaf("c", 0.1, 0.4)]
     )
-    assert (score, verdict) == (pytest.approx(0.6), "pass")
+    assert (score, verdict) == pytest.approx((0.6, "pass"))
     # a tie goes to the worse verdict
     score, verdict = aggregate("majority_vote", [leaf("a", 0.9), leaf("b", 0.1)])
-    assert (score, verdict) == (pytest.approx(0.5), "fail")
+    assert (score, verdict) == pytest.approx((0.5, "fail"))
 
 
 def test_unknown_aggregation() -> None:
@@ -251,7 +252,7 @@ def test_a_node_is_judged_on_its_rounded_score() -> None:
 
 
 def test_shown_scores_are_cut_never_rounded_up() -> None:
-    from pytest_agenteval._evals import format_score
+    from pytest_agenteval._vocab import format_score
 
     assert format_score(0.695) == "0.69"  # a WARN under 0.70 never shows as 0.70
     assert format_score(0.70) == "0.70"
@@ -356,14 +357,14 @@ def test_a_verdict_never_improves_going_up(aggregation: str) -> None:
 # --------------------------------------------------------------------------- counts per item
 
 
-def _judged(key: str, verdict: str, judges: int) -> EvalResult:
+def _judged(key: str, verdict: Verdict, judges: int) -> EvalResult:
     """A scenario graded by a panel of *judges* (children of kind judge)."""
     panel = tuple(
-        EvalResult(f"j#{i}", "j", 0.9 if verdict == "pass" else 0.1, verdict, kind="judge")  # type: ignore[arg-type]
+        EvalResult(f"j#{i}", "j", 0.9 if verdict == "pass" else 0.1, verdict, kind="judge")
         for i in range(judges)
     )
     score = 0.9 if verdict == "pass" else 0.1
-    return EvalResult(key, key, score, verdict, kind="scenario", children=panel)  # type: ignore[arg-type]
+    return EvalResult(key, key, score, verdict, kind="scenario", children=panel)
 
 
 def test_counts_are_per_item_not_per_judge_or_criterion() -> None:

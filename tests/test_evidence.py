@@ -691,7 +691,7 @@ def test_append_rejects_prev_and_seal_without_writing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="reserved"):
         writer.append({"kind": "seal", "files": {}})
     with pytest.raises(TypeError):
-        writer.append(["not", "a", "dict"])  # type: ignore[arg-type]
+        writer.append(["not", "a", "dict"])  # type: ignore[arg-type]  # the wrong type is the test
     writer.append({"score": None})
     writer.finalize()
     result = verify_run(tmp_path / "run")
@@ -926,6 +926,7 @@ def test_json_safe_keeps_what_canonical_json_cannot_hold_as_strings() -> None:
     ]
     data = canonical_json(safe)
     assert b'"1180591620717411303424"' in data and b'"ok \\udcff"' in data
+    assert isinstance(safe, dict) and isinstance(safe["big"], str)
     assert int(safe["big"]) == 2**70  # exact: the value can be read back
     assert json.loads(data)["bytes"].encode("utf-8", "surrogateescape") == b"ok \xff"
 
@@ -950,11 +951,13 @@ def test_json_safe_survives_cycles_deep_nesting_and_huge_integers() -> None:
         inner = inner[0]
     huge = 10**5000  # beyond Python's 4300-digit int-to-str limit
     safe, notes = json_safe({"loop": loop, "deep": deep, "huge": huge})
+    assert isinstance(safe, dict)
     assert safe["loop"] == {"name": "x", "self": "<circular reference to $.loop>"}
-    assert int(safe["huge"], 16) == huge
+    assert isinstance(safe["huge"], str) and int(safe["huge"], 16) == huge
     assert {"path": "$.loop.self", "was": "circular reference"} in notes
     level = safe["deep"]
     for _ in range(199):
+        assert isinstance(level, list)
         level = level[0]
     assert isinstance(level, str) and level.startswith("[[[")  # the rest, kept as JSON text
     canonical_json(safe)

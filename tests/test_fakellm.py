@@ -7,7 +7,9 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import openai
@@ -21,9 +23,15 @@ from fakellm import (  # noqa: F401  (fake_llm_fixture registers the `fake_llm` 
     fake_llm_fixture,
 )
 
+if TYPE_CHECKING:  # the lowest supported SDKs lack some of these names at run time
+    from anthropic.types import Message, MessageParam
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageParam
+    from openai.types.chat.chat_completion_message_function_tool_call import Function
+
 MODEL_OA = "gpt-test"
 MODEL_AN = "claude-test"
-USER = [{"role": "user", "content": "hello"}]
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
+USER_AN: list[MessageParam] = [{"role": "user", "content": "hello"}]
 WEATHER_OA = {
     "type": "function",
     "function": {
@@ -37,22 +45,41 @@ WEATHER_AN = {
 }
 
 
-def oa(server: FakeLLMServer, **kw) -> openai.OpenAI:
+def oa(server: FakeLLMServer, **kw: Any) -> openai.OpenAI:
     kw.setdefault("max_retries", 0)
     return openai.OpenAI(base_url=server.openai_base_url, api_key="test-key", **kw)
 
 
-def an(server: FakeLLMServer, **kw) -> anthropic.Anthropic:
+def an(server: FakeLLMServer, **kw: Any) -> anthropic.Anthropic:
     kw.setdefault("max_retries", 0)
     return anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="test-key", **kw)
 
 
-def oa_chat(client: openai.OpenAI, **kw):
-    return client.chat.completions.create(model=MODEL_OA, messages=USER, **kw)
+# With arbitrary keywords mypy cannot pick between the SDKs' stream/no-stream overloads.
+def oa_chat(client: openai.OpenAI, **kw: Any) -> ChatCompletion:
+    completion: ChatCompletion = client.chat.completions.create(model=MODEL_OA, messages=USER, **kw)
+    return completion
 
 
-def an_msg(client: anthropic.Anthropic, **kw):
-    return client.messages.create(model=MODEL_AN, max_tokens=64, messages=USER, **kw)
+def an_msg(client: anthropic.Anthropic, **kw: Any) -> Message:
+    message: Message = client.messages.create(model=MODEL_AN, max_tokens=64, messages=USER_AN, **kw)
+    return message
+
+
+def text_of(msg: Message) -> str:
+    """The text of the message's first content block."""
+    block = msg.content[0]
+    assert block.type == "text", block
+    return block.text
+
+
+def functions(message: ChatCompletionMessage) -> list[Function]:
+    """The functions an assistant message calls, in order."""
+    found = []
+    for call in message.tool_calls or []:
+        assert call.type == "function", call
+        found.append(call.function)
+    return found
 
 
 # --------------------------------------------------------------------------- basics
@@ -92,7 +119,7 @@ def test_anthropic_content_and_recording(fake_llm: FakeLLMServer) -> None:
     with an(fake_llm) as client:
         msg = an_msg(client, system="be brief")
     assert [b.type for b in msg.content] == ["text"]
-    assert msg.content[0].text == "bonjour"
+    assert text_of(msg) == "bonjour"
     assert msg.stop_reason == "end_turn"
     assert msg.model == MODEL_AN
     assert msg.usage.input_tokens > 0 and msg.usage.output_tokens > 0
@@ -143,11 +170,11 @@ def test_structured_output_requests_recorded(fake_llm: FakeLLMServer) -> None:
         parsed = oc.chat.completions.parse(model=MODEL_OA, messages=USER, response_format=Verdict)
         msg = an_msg(ac, output_config={"format": {"type": "json_schema", "schema": schema}})
         aparsed = ac.messages.parse(
-            model=MODEL_AN, max_tokens=64, messages=USER, output_format=Verdict
+            model=MODEL_AN, max_tokens=64, messages=USER_AN, output_format=Verdict
         )
     assert json.loads(resp.choices[0].message.content or "") == verdict
     assert parsed.choices[0].message.parsed == Verdict(passed=True, score=0.75)
-    assert json.loads(msg.content[0].text) == verdict
+    assert json.loads(text_of(msg)) == verdict
     assert aparsed.parsed_output == Verdict(passed=True, score=0.75)
 
     r_oa, r_parse, r_an, r_aparse = fake_llm.requests
@@ -180,8 +207,8 @@ def test_tool_call_openai(fake_llm: FakeLLMServer) -> None:
 
     msg2 = second.choices[0].message
     assert msg2.content == "two"
-    assert [c.function.name for c in msg2.tool_calls or []] == ["a", "b"]
-    assert (msg2.tool_calls or [])[1].function.arguments == '{"broken": '  # verbatim
+    assert [f.name for f in functions(msg2)] == ["a", "b"]
+    assert functions(msg2)[1].arguments == '{"broken": '  # verbatim
 
 
 def test_tool_call_anthropic(fake_llm: FakeLLMServer) -> None:
@@ -208,7 +235,7 @@ def test_truncated_both(fake_llm: FakeLLMServer) -> None:
     assert resp.choices[0].message.content == "partial ans"
     assert resp.usage is not None and resp.usage.completion_tokens == 16  # = requested limit
     assert msg.stop_reason == "max_tokens"
-    assert msg.content[0].text == "partial ans"
+    assert text_of(msg) == "partial ans"
     assert msg.usage.output_tokens == 64
 
 
@@ -244,7 +271,7 @@ def test_handler_echo_and_static_default(fake_llm: FakeLLMServer) -> None:
     with oa(fake_llm) as oc, an(fake_llm) as ac:
         assert oa_chat(oc).choices[0].message.content == "queued first"
         assert oa_chat(oc).choices[0].message.content == "openai:hello"
-        assert an_msg(ac).content[0].text == "anthropic:hello"
+        assert text_of(an_msg(ac)) == "anthropic:hello"
         fake_llm.set_handler(Reply.content("same"))
         assert [oa_chat(oc).choices[0].message.content for _ in range(3)] == ["same"] * 3
     assert fake_llm.count() == 6 and fake_llm.pending == 0
@@ -282,7 +309,7 @@ def test_rate_limit_retried_anthropic_retry_after_ms(fake_llm: FakeLLMServer) ->
     fake_llm.enqueue(Reply.rate_limited(None, retry_after_ms=50), Reply.content("ok"))
     with an(fake_llm, max_retries=1) as client:
         msg = an_msg(client)
-    assert msg.content[0].text == "ok"
+    assert text_of(msg) == "ok"
     first, second = fake_llm.requests
     assert fake_llm.count("anthropic") == 2
     assert second.received_at - first.received_at >= 0.05  # retry-after-ms honoured (lower bound)
@@ -328,7 +355,10 @@ def test_401_echoed_body_anthropic(fake_llm: FakeLLMServer) -> None:
     ],
 )
 def test_status_to_exception_class(
-    fake_llm: FakeLLMServer, status: int, oa_exc: type, an_exc: type
+    fake_llm: FakeLLMServer,
+    status: int,
+    oa_exc: type[openai.APIStatusError],
+    an_exc: type[anthropic.APIStatusError],
 ) -> None:
     fake_llm.set_handler(Reply.error(status))
     with oa(fake_llm) as oc, an(fake_llm) as ac:
@@ -414,7 +444,7 @@ def test_hang_for_a_while_then_answers(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.hang(0.1, then=Reply.content("late")))
     with an(fake_llm, timeout=2) as client:
         t0 = time.monotonic()
-        assert an_msg(client).content[0].text == "late"
+        assert text_of(an_msg(client)) == "late"
     assert time.monotonic() - t0 >= 0.1
 
 
@@ -465,7 +495,7 @@ def test_stop_closes_idle_keepalive_connections() -> None:
 # --------------------------------------------------------------------------- concurrency
 
 
-def _in_flight_counter(delay: float):  # type: ignore[no-untyped-def]
+def _in_flight_counter(delay: float) -> tuple[Callable[[RecordedRequest], Reply], dict[str, int]]:
     """A handler that answers after *delay* and records how many requests overlapped."""
     state = {"now": 0, "max": 0}
     lock = threading.Lock()
@@ -498,7 +528,7 @@ def test_async_clients_concurrent(fake_llm: FakeLLMServer) -> None:
     echo, state = _in_flight_counter(0.2)
     fake_llm.set_handler(echo)
 
-    async def main() -> tuple[list[str], list[str]]:
+    async def main() -> tuple[list[str | None], list[str]]:
         async with (
             openai.AsyncOpenAI(
                 base_url=fake_llm.openai_base_url, api_key="test-key", max_retries=0
@@ -519,9 +549,12 @@ def test_async_clients_concurrent(fake_llm: FakeLLMServer) -> None:
                 )
                 for i in range(8)
             ]
-            results = await asyncio.gather(*oa_calls, *an_calls)
-        texts_oa = [r.choices[0].message.content for r in results[:8]]
-        texts_an = [r.content[0].text for r in results[8:]]
+            # one gather per provider, both in flight together: each keeps its reply type
+            replies_oa, replies_an = await asyncio.gather(
+                asyncio.gather(*oa_calls), asyncio.gather(*an_calls)
+            )
+        texts_oa = [r.choices[0].message.content for r in replies_oa]
+        texts_an = [text_of(r) for r in replies_an]
         return texts_oa, texts_an
 
     texts_oa, texts_an = asyncio.run(main())
@@ -551,7 +584,7 @@ def test_count_reset_and_wait(fake_llm: FakeLLMServer) -> None:
 
 def test_enqueue_rejects_non_reply(fake_llm: FakeLLMServer) -> None:
     with pytest.raises(TypeError):
-        fake_llm.enqueue("hello")  # type: ignore[arg-type]
+        fake_llm.enqueue("hello")  # type: ignore[arg-type]  # the wrong type is the test
 
 
 def test_reply_is_immutable_and_modifiers_copy() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from demo_family import COMPAT, SUBJECT
 
-from pytest_agenteval._evals import EvalResult, band_verdict
+from pytest_agenteval._evals import EvalResult
 from pytest_agenteval._family import (
     Plan,
     build_tree,
@@ -26,8 +26,10 @@ from pytest_agenteval._family import (
     load_single_article,
     resolve_plan,
 )
-from pytest_agenteval._gate import GateOutcome, decide_gate, named
+from pytest_agenteval._gate import GateOutcome, decide_gate
 from pytest_agenteval._spec import GateSpec, PresetSpec
+from pytest_agenteval._text import named
+from pytest_agenteval._vocab import band_verdict
 
 # --------------------------------------------------------------------------- a small family
 
@@ -390,7 +392,8 @@ def agenteval_subject():
 def summary(pytester: pytest.Pytester) -> dict[str, Any]:
     found = sorted((pytester.path / ".agenteval" / "runs").rglob("summary.json"))
     assert found, "no summary.json written"
-    return json.loads(found[-1].read_text())
+    data: dict[str, Any] = json.loads(found[-1].read_text())
+    return data
 
 
 def find(node: dict[str, Any], node_id: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from fakellm import FakeLLMServer, RecordedRequest, Reply
@@ -20,7 +20,7 @@ from leakcheck import ENCODINGS, KEYS, leaks, views
 
 from pytest_agenteval._checks import Answer
 from pytest_agenteval.evidence._chain import canonical_json
-from pytest_agenteval.judges._base import CriterionSpec, GradeRequest
+from pytest_agenteval.judges._base import CriterionSpec, Grade, GradeRequest
 from pytest_agenteval.judges._llm import (
     CACHE_KEY_ENV,
     JudgeConfigError,
@@ -62,7 +62,11 @@ def reply(score: int, summary: str = "Refuses and cites Art 5(1)(c).") -> Reply:
     )
 
 
-def judge_at(base_url: str, cache_dir: Path, mode: str = "readwrite") -> LLMJudge:
+def judge_at(
+    base_url: str,
+    cache_dir: Path,
+    mode: Literal["off", "read", "write", "readwrite"] = "readwrite",
+) -> LLMJudge[Any, Any]:
     judge = make_llm_judge(
         "openai:gpt-4o-mini",
         JudgeSettings(
@@ -71,15 +75,15 @@ def judge_at(base_url: str, cache_dir: Path, mode: str = "readwrite") -> LLMJudg
             deadline_s=5.0,
             max_retries=0,
             cache_dir=cache_dir,
-            cache_mode=mode,  # type: ignore[arg-type]
+            cache_mode=mode,
         ),
     )
     assert judge is not None
     return judge
 
 
-def grade(judge: LLMJudge) -> Any:
-    async def main() -> Any:
+def grade(judge: LLMJudge[Any, Any]) -> Grade:
+    async def main() -> Grade:
         try:
             return await judge.grade(request())
         finally:
@@ -138,7 +142,8 @@ def test_with_a_key_a_forged_entry_is_a_miss_with_a_warning(
     assert fake_llm.count() == 2  # not trusted: graded again
     assert result.score == 0.10 and result.details["cache_hit"] is False
     assert result.details["cache_status"] == "rejected"
-    assert "failed authentication" in result.details["cache_error"]
+    error = result.details["cache_error"]
+    assert isinstance(error, str) and "failed authentication" in error
     assert CACHE_KEY not in json.dumps(result.details)
     # the entry was rewritten with the real grade: the next read is an authenticated hit
     again = grade(judge_at(fake_llm.openai_base_url, tmp_path))
@@ -161,7 +166,8 @@ def test_with_a_key_a_missing_or_wrong_hmac_is_never_a_hit(
     result = grade(judge_at(fake_llm.openai_base_url, tmp_path))
     assert fake_llm.count() == 2 and result.details["cache_status"] == "rejected"
     reason = "has no HMAC" if mac is None else "failed authentication"
-    assert reason in result.details["cache_error"]
+    error = result.details["cache_error"]
+    assert isinstance(error, str) and reason in error
 
 
 def test_a_cache_written_without_the_key_or_under_another_is_refused(
@@ -238,7 +244,9 @@ def test_the_cache_writer_redacts_keys_in_every_encoding(
 
 def _grader(req: RecordedRequest) -> Reply:
     text = req.body["messages"][-1]["content"]
-    n = int(re.search(r"## Criteria \((\d+), in this order\)", text).group(1))  # type: ignore[union-attr]
+    counted = re.search(r"## Criteria \((\d+), in this order\)", text)
+    assert counted is not None, "no criteria count in the judge prompt"
+    n = int(counted.group(1))
     grade = {
         "overall_score": 80,
         "criteria": [{"criterion": f"c{i}", "met": True, "reasoning": "ok"} for i in range(n)],

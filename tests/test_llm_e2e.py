@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ def _user_text(req: RecordedRequest) -> str:
     content = req.body["messages"][-1]["content"]
     if isinstance(content, list):
         return "\n".join(block.get("text", "") for block in content if isinstance(block, dict))
-    return content
+    text: str = content
+    return text
 
 
 def _found(pattern: str, text: str) -> str:
@@ -27,7 +29,9 @@ def _found(pattern: str, text: str) -> str:
     return m.group(1)
 
 
-def grader(score_if_refused: int = 92, score_else: int = 20, mark: str = "can't"):
+def grader(
+    score_if_refused: int = 92, score_else: int = 20, mark: str = "can't"
+) -> Callable[[RecordedRequest], Reply]:
     """A fake judge: scores high when the fenced answer contains *mark*."""
 
     def handle(req: RecordedRequest) -> Reply:
@@ -63,7 +67,7 @@ def env(monkeypatch: pytest.MonkeyPatch, fake_llm: FakeLLMServer) -> FakeLLMServ
     return fake_llm
 
 
-def records(pytester: pytest.Pytester) -> list[dict]:
+def records(pytester: pytest.Pytester) -> list[dict[str, Any]]:
     (found,) = (pytester.path / ".agenteval").rglob("results.jsonl")
     lines = [json.loads(line) for line in found.read_text().splitlines()]
     return [line for line in lines if "result" in line]  # item records, not run records

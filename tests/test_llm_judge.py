@@ -11,9 +11,9 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from fakellm import (  # noqa: F401  (fake_llm_fixture registers the `fake_llm` fixture)
@@ -23,17 +23,17 @@ from fakellm import (  # noqa: F401  (fake_llm_fixture registers the `fake_llm` 
 )
 
 from pytest_agenteval._checks import Answer, ToolCall, parse_check
-from pytest_agenteval._evals import Bands, CriterionResult, EvalResult
+from pytest_agenteval._evals import CriterionResult, EvalResult
 from pytest_agenteval._providers import LOCAL_PLACEHOLDER_KEY
 from pytest_agenteval._run import PanelError, judge_panel, panel_problem
+from pytest_agenteval._vocab import Bands, ConfigError, JudgeError
 from pytest_agenteval.evidence._chain import canonical_json
 from pytest_agenteval.judges._base import (
     SCORE_RULE,
-    ConfigError,
     CriterionSpec,
     Grade,
     GradeRequest,
-    JudgeError,
+    Judge,
     RulesJudge,
     grade_to_result,
 )
@@ -52,6 +52,10 @@ from pytest_agenteval.judges._llm import (
     grade_schema,
     make_llm_judge,
 )
+
+#: A judge of either provider, as make_llm_judge builds it.
+ProviderJudge = LLMJudge[Any, Any]
+T = TypeVar("T")
 
 CANARY = "sk-canary-123"
 CANARY_AN = "sk-ant-canary-456"
@@ -150,7 +154,7 @@ def ok(provider: str, score: Any = 85, **kw: Any) -> Reply:
 
 def judge_for(
     server: FakeLLMServer, provider: str, model: str | None = None, **kw: Any
-) -> LLMJudge:
+) -> ProviderJudge:
     kw.setdefault(
         "base_url", server.openai_base_url if provider == "openai" else server.anthropic_base_url
     )
@@ -164,8 +168,8 @@ def judge_for(
     return judge
 
 
-def run(judge: LLMJudge, fn: Callable[[LLMJudge], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
+def run(judge: ProviderJudge, fn: Callable[[ProviderJudge], Awaitable[T]]) -> T:
+    async def main() -> T:
         try:
             return await fn(judge)
         finally:
@@ -174,11 +178,11 @@ def run(judge: LLMJudge, fn: Callable[[LLMJudge], Awaitable[Any]]) -> Any:
     return asyncio.run(main())
 
 
-def grade(judge: LLMJudge, req: GradeRequest | None = None) -> Any:
+def grade(judge: ProviderJudge, req: GradeRequest | None = None) -> Grade:
     return run(judge, lambda j: j.grade(req or request()))
 
 
-def grade_error(judge: LLMJudge, req: GradeRequest | None = None) -> LLMJudgeError:
+def grade_error(judge: ProviderJudge, req: GradeRequest | None = None) -> LLMJudgeError:
     with pytest.raises(LLMJudgeError) as info:
         grade(judge, req)
     return info.value
@@ -222,6 +226,7 @@ def test_openai_records_seed_temperature_schema_and_details(fake_llm: FakeLLMSer
     assert body["messages"][0] == {"role": "system", "content": system}
     assert d["prompt_sha256"] == hashlib.sha256(system.encode()).hexdigest()
     assert d["request"] == body["messages"]
+    assert isinstance(d["raw_response"], str)
     assert json.loads(d["raw_response"]) == good(85) and d["parsed"] == good(85)
     assert d["cache_hit"] is False and d["injection_suspected"] is False
     json.dumps(d, allow_nan=False)  # plain JSON
@@ -242,7 +247,7 @@ def test_anthropic_forced_tool_call(fake_llm: FakeLLMServer) -> None:
     assert set(d) >= DETAIL_KEYS
     assert d["structured"] == "tool" and d["seed"] is None and d["temperature"] == 0
     assert d["usage"] == {"prompt_tokens": 200, "completion_tokens": 30}
-    assert json.loads(d["raw_response"]) == good(70)
+    assert isinstance(d["raw_response"], str) and json.loads(d["raw_response"]) == good(70)
     assert fake_llm.last().api_key == CANARY_AN
 
 
@@ -267,7 +272,7 @@ def test_family_prompt_version_and_inline(fake_llm: FakeLLMServer) -> None:
 def test_concurrent_calls_count_their_own_attempts(fake_llm: FakeLLMServer) -> None:
     fake_llm.set_handler(ok("openai").with_delay(0.05))
 
-    async def many(j: LLMJudge) -> list[Any]:
+    async def many(j: ProviderJudge) -> list[Any]:
         return list(await asyncio.gather(*(j.grade(request()) for _ in range(6))))
 
     grades = run(judge_for(fake_llm, "openai"), many)
@@ -293,6 +298,7 @@ def test_row1_injection_fenced_neutralised_flagged(fake_llm: FakeLLMServer) -> N
     assert result.score == 0.12  # from the judge's structured output, not the answer
     d = result.details
     assert d["injection_suspected"] is True
+    assert isinstance(d["injection_reasons"], list)
     reasons = " | ".join(d["injection_reasons"])
     for label in (
         "addresses the grader",
@@ -303,7 +309,7 @@ def test_row1_injection_fenced_neutralised_flagged(fake_llm: FakeLLMServer) -> N
     ):
         assert label in reasons
     nonce = d["nonce"]
-    assert re.fullmatch(r"[0-9a-f]{16}", nonce)
+    assert isinstance(nonce, str) and re.fullmatch(r"[0-9a-f]{16}", nonce)
     text = user_text(fake_llm.last().body)
     open_, close = f"<<<ANSWER {nonce}>>>\n", f"\n<<<END ANSWER {nonce}>>>"
     assert text.count(open_) == 1 and text.count(close) == 1
@@ -392,7 +398,8 @@ def test_row3_invalid_json_reasked_once_then_error(fake_llm: FakeLLMServer, case
     assert fake_llm.count() == 2  # exactly one re-ask
     assert err.details["reasks"] == 1 and err.details["attempts"] == 2
     assert err.details["raw_response"] == raw
-    assert err.details["first_response"]["raw_response"] == raw
+    first = err.details["first_response"]
+    assert isinstance(first, Mapping) and first["raw_response"] == raw
     second = fake_llm.last().body["messages"]
     assert second[-2] == {"role": "assistant", "content": raw or "(empty reply)"}
     assert second[-1]["role"] == "user" and why in second[-1]["content"]
@@ -412,7 +419,8 @@ def test_row3_reask_that_succeeds(fake_llm: FakeLLMServer) -> None:
     result = grade(judge_for(fake_llm, "openai"))
     assert result.score == 0.85
     assert result.details["reasks"] == 1 and result.details["attempts"] == 2
-    assert result.details["first_response"]["raw_response"] == "I think it deserves 85."
+    first = result.details["first_response"]
+    assert isinstance(first, Mapping) and first["raw_response"] == "I think it deserves 85."
 
 
 def test_row3_single_fence_accepted(fake_llm: FakeLLMServer) -> None:
@@ -492,15 +500,18 @@ def test_row4_nan_in_anthropic_tool_input_is_caught(fake_llm: FakeLLMServer) -> 
     fake_llm.enqueue(bad, bad)
     err = grade_error(judge_for(fake_llm, "anthropic"))
     assert str(err) == "judge output invalid: overall_score = NaN (must be an integer 0-100)"
-    assert '"overall_score": NaN' in err.details["raw_response"]
+    raw = err.details["raw_response"]
+    assert isinstance(raw, str) and '"overall_score": NaN' in raw
 
 
 def test_row4_integral_float_is_accepted(fake_llm: FakeLLMServer) -> None:
     # decision: JSON Schema "integer" admits 85.0; the value does not change
     fake_llm.enqueue(Reply.content(json.dumps(good(85.0))))
     result = grade(judge_for(fake_llm, "openai"))
-    assert result.score == 0.85 and result.details["parsed"]["overall_score"] == 85
-    assert isinstance(result.details["parsed"]["overall_score"], int)
+    parsed = result.details["parsed"]
+    assert isinstance(parsed, Mapping)
+    assert result.score == 0.85 and parsed["overall_score"] == 85
+    assert isinstance(parsed["overall_score"], int)
 
 
 def test_row4_paraphrased_criterion_is_recorded(fake_llm: FakeLLMServer) -> None:
@@ -543,7 +554,7 @@ def test_row6_rate_limit_storm_is_bounded(fake_llm: FakeLLMServer, provider: str
         fake_llm.set_handler(Reply.rate_limited(None, retry_after_ms=3_600_000))
     judge = judge_for(fake_llm, provider, max_retries=2, retry_after_cap_s=0.05)
 
-    async def storm_then_recover(j: LLMJudge) -> tuple[LLMJudgeError, Any]:
+    async def storm_then_recover(j: ProviderJudge) -> tuple[LLMJudgeError, Any]:
         with pytest.raises(LLMJudgeError) as info:
             await j.grade(request())
         fake_llm.set_handler(ok(provider))  # the storm ends: other items continue
@@ -564,7 +575,7 @@ def test_row7_503_everywhere_opens_the_circuit(fake_llm: FakeLLMServer) -> None:
     fake_llm.set_handler(Reply.error(503, "overloaded"))
     judge = judge_for(fake_llm, "openai", breaker_threshold=3)
 
-    async def calls(j: LLMJudge) -> list[tuple[str, float]]:
+    async def calls(j: ProviderJudge) -> list[tuple[str, float]]:
         out = []
         for _ in range(5):
             t0 = time.monotonic()
@@ -586,7 +597,7 @@ def test_row7_dropped_connections_count_and_success_resets(fake_llm: FakeLLMServ
         Reply.drop(), Reply.drop(), ok("anthropic"), Reply.drop(), Reply.drop(), Reply.drop()
     )
 
-    async def calls(j: LLMJudge) -> list[str]:
+    async def calls(j: ProviderJudge) -> list[str]:
         out = []
         for _ in range(7):
             try:
@@ -712,7 +723,7 @@ def test_json_schema_unsupported_falls_back_to_json_object(fake_llm: FakeLLMServ
     )
     judge = judge_for(fake_llm, "openai")
 
-    async def two(j: LLMJudge) -> list[Any]:
+    async def two(j: ProviderJudge) -> list[Any]:
         return [await j.grade(request()), await j.grade(request())]
 
     first, second = run(judge, two)
@@ -740,7 +751,10 @@ def test_json_object_unsupported_falls_back_to_prompt_only(fake_llm: FakeLLMServ
 def test_grade_schema_pins_the_criteria_count_and_leaves_the_template() -> None:
     before = json.dumps(OUTPUT_SCHEMA, sort_keys=True)
     three = grade_schema(3)
-    criteria = three["properties"]["criteria"]
+    properties = three["properties"]
+    assert isinstance(properties, dict)
+    criteria = properties["criteria"]
+    assert isinstance(criteria, dict)
     assert criteria["minItems"] == criteria["maxItems"] == 3
     assert json.dumps(OUTPUT_SCHEMA, sort_keys=True) == before  # the template is not touched
     del criteria["minItems"], criteria["maxItems"]
@@ -764,7 +778,7 @@ def test_json_schema_refused_with_a_500_falls_back_to_json_object(fake_llm: Fake
     )
     judge = judge_for(fake_llm, "openai", max_retries=1)  # the SDK retries the 500 once
 
-    async def two(j: LLMJudge) -> list[Any]:
+    async def two(j: ProviderJudge) -> list[Any]:
         return [await j.grade(request(criteria=one)), await j.grade(request(criteria=one))]
 
     first, second = run(judge, two)
@@ -867,7 +881,7 @@ def test_cache_miss_then_hit(fake_llm: FakeLLMServer, tmp_path: Path, provider: 
     fake_llm.enqueue(ok(provider, 64))
     judge = judge_for(fake_llm, provider, cache_dir=tmp_path, cache_mode="readwrite")
 
-    async def twice(j: LLMJudge) -> list[Any]:
+    async def twice(j: ProviderJudge) -> list[Any]:
         return [await j.grade(request()), await j.grade(request())]
 
     first, second = run(judge, twice)
@@ -895,7 +909,8 @@ def test_cache_tampered_entry_is_ignored(fake_llm: FakeLLMServer, tmp_path: Path
     result = grade(judge_for(fake_llm, "openai", cache_dir=tmp_path, cache_mode="readwrite"))
     assert fake_llm.count() == 2  # not trusted: graded again
     assert result.score == 0.20 and result.details["cache_hit"] is False
-    assert "failed verification" in result.details["cache_error"]
+    error = result.details["cache_error"]
+    assert isinstance(error, str) and "failed verification" in error
 
 
 def test_cache_read_mode_never_writes(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
@@ -909,7 +924,7 @@ def test_cache_write_mode_always_calls(fake_llm: FakeLLMServer, tmp_path: Path) 
     fake_llm.set_handler(ok("openai"))
     judge = judge_for(fake_llm, "openai", cache_dir=tmp_path, cache_mode="write")
 
-    async def twice(j: LLMJudge) -> list[Any]:
+    async def twice(j: ProviderJudge) -> list[Any]:
         return [await j.grade(request()), await j.grade(request())]
 
     first, second = run(judge, twice)
@@ -926,7 +941,7 @@ def test_cache_key_includes_repetition(fake_llm: FakeLLMServer, tmp_path: Path) 
     fake_llm.set_handler(ok("openai"))
     judge = judge_for(fake_llm, "openai", cache_dir=tmp_path, cache_mode="readwrite")
 
-    async def reps(j: LLMJudge) -> list[Any]:
+    async def reps(j: ProviderJudge) -> list[Any]:
         return [await j.grade(request(repetition=r)) for r in (0, 1, 0)]
 
     a, b, c = run(judge, reps)
@@ -952,7 +967,7 @@ def test_sampled_repetition_k_sends_seed_plus_k_at_temperature(
     judge = judge_for(fake_llm, provider, repeat="sampled")
     assert judge.repeatable is True
 
-    async def three(j: LLMJudge) -> list[Any]:
+    async def three(j: ProviderJudge) -> list[Any]:
         return [await j.grade(request(repeat=k, repeats=3, repetition=k)) for k in range(3)]
 
     grades = run(judge, three)
@@ -1136,10 +1151,17 @@ def mixed(answer: str, criteria: tuple[CriterionSpec, ...] = MIXED) -> GradeRequ
     )
 
 
-def graded(judge: Any, req: GradeRequest) -> EvalResult:
+def graded(judge: Judge, req: GradeRequest) -> EvalResult:
     return asyncio.run(
         grade_to_result(judge, req, key="s-1", name="s-1", bands=Bands(), severity="critical")
     )
+
+
+def scoring(result: EvalResult) -> Mapping[str, object]:
+    """How the result's score was made: its meta's ``scoring`` entry."""
+    found = result.meta["scoring"]
+    assert isinstance(found, Mapping)
+    return found
 
 
 def test_checked_criteria_decided_by_checks_and_scored_with_the_judge() -> None:
@@ -1158,8 +1180,7 @@ def test_checked_criteria_decided_by_checks_and_scored_with_the_judge() -> None:
         ("Offers a lawful alternative", True),
     ]
     assert result.criteria[0].check == REFUSE.to_dict()
-    scoring = result.meta["scoring"]
-    assert scoring == {
+    assert scoring(result) == {
         "rule": SCORE_RULE,
         "checked": 2,
         "checked_met": 1,
@@ -1184,7 +1205,7 @@ def test_every_criterion_checked_means_the_judge_is_not_called() -> None:
     checked = (MIXED[0], MIXED[2])
     result = graded(stub, mixed("I can't help. See Article 5.", checked))
     assert stub.asked == [] and result.score == 1.0 and result.verdict == "pass"
-    assert result.meta["scoring"]["judge_called"] is False
+    assert scoring(result)["judge_called"] is False
     assert "not called" in result.reasoning
     result = graded(stub, mixed("Sure, here it is.", checked))
     assert stub.asked == [] and result.score == 0.0 and result.verdict == "fail"
@@ -1222,7 +1243,7 @@ def test_llm_judge_is_asked_only_the_unchecked_criteria(
     fake_llm.enqueue(reply)
     judge = judge_for(fake_llm, provider)
 
-    async def go(j: LLMJudge) -> EvalResult:
+    async def go(j: ProviderJudge) -> EvalResult:
         return await grade_to_result(
             j,
             mixed("Sure. Step 1: collect behaviour data."),
@@ -1244,4 +1265,4 @@ def test_llm_judge_is_asked_only_the_unchecked_criteria(
     # the judge gave 100 and met everything; the two failed checks stay failed: (0+0+2×1)/4
     assert result.score == pytest.approx(0.5)
     assert [c.met for c in result.criteria] == [False, True, False, True]
-    assert result.meta["judge"] == judge.name and result.meta["scoring"]["judge_score"] == 1.0
+    assert result.meta["judge"] == judge.name and scoring(result)["judge_score"] == 1.0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +24,15 @@ import pytest
 from fakellm import FakeLLMServer, Reply
 from fakellm import ToolCall as FakeToolCall
 
+from conftest import keep_loaded
 from pytest_agenteval._conditions import Condition, McpServerSpec
-from pytest_agenteval._mcp import McpHost, McpStartError
+from pytest_agenteval._mcp import McpCall, McpHost, McpStartError, ToolResult
 
-# pytester's in-process runs drop the modules first imported inside them. The MCP tests
-# below import mcp, and with it the HTTP client, into this process; the client loads its
-# transport (httpcore/httpcore2, h11) only when it first connects. Were that inside a run,
-# later tests' SDK clients would meet two copies of the transport's exceptions: load it now.
-for _name in ("httpcore2", "httpcore", "h11", "mcp.client.streamable_http"):
-    with contextlib.suppress(ImportError):
-        importlib.import_module(_name)
+# The MCP tests below import mcp, and with it the HTTP client, into this process; the
+# client loads its transport (httpcore/httpcore2, h11) only when it first connects. Were
+# that inside a pytester run, later tests' SDK clients would meet two copies of the
+# transport's exceptions.
+keep_loaded("httpcore2", "httpcore", "h11", "mcp.client.streamable_http")
 
 SERVER = Path(__file__).parent / "data" / "mcp" / "policy_server.py"
 PY = sys.executable
@@ -162,10 +161,11 @@ def test_host_starts_lists_calls_and_closes_a_stdio_server(tmp_path: Path) -> No
     )
     cond = Condition("with-tools", None, None, (spec,))
 
-    async def go() -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    async def go() -> tuple[tuple[str, str, ToolResult], list[McpCall], Mapping[str, Any]]:
         host = McpHost([cond], max_steps=3)
         await host.start()
         try:
+            assert cond.toolbox is not None  # set by start()
             caller = cond.toolbox.caller()
             assert caller.max_steps == 3
             refunds = await caller("lookup_policy", {"topic": "refunds"})
@@ -206,10 +206,11 @@ def test_tools_in_openai_shape_and_results_cut_in_the_record(tmp_path: Path) -> 
     spec = McpServerSpec("policies", command=PY, args=(str(SERVER), "--big"), where="c.yaml:4")
     cond = Condition("big", None, None, (spec,))
 
-    async def go() -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+    async def go() -> tuple[list[Mapping[str, Any]], str, list[McpCall]]:
         host = McpHost([cond])
         await host.start()
         try:
+            assert cond.toolbox is not None  # set by start()
             caller = cond.toolbox.caller()
             text = await caller("lookup_policy", {"topic": "refunds"})
             scenario_tool = {"type": "function", "function": {"name": "add"}}  # replaced

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pytest_agenteval._metrics import (
+    Summary,
     accuracy,
     bin_index,
     bootstrap_ci,
@@ -501,10 +502,8 @@ def test_bootstrap_matches_manual_percentiles() -> None:
     idx = rng.integers(0, 5, size=(200, 5))
     values = [accuracy([expected[i] for i in r], [actual[i] for i in r]) for r in idx]
     lo, hi = np.quantile(values, [0.05, 0.95])
-    assert bootstrap_ci(expected, actual, accuracy, n_resamples=200, confidence=0.9, seed=3) == (
-        pytest.approx(float(lo)),
-        pytest.approx(float(hi)),
-    )
+    got = bootstrap_ci(expected, actual, accuracy, n_resamples=200, confidence=0.9, seed=3)
+    assert got == pytest.approx((float(lo), float(hi)))
 
 
 def test_bootstrap_nan_handling() -> None:
@@ -641,7 +640,7 @@ def _assert_plain_json(value: Any) -> None:
         assert not (type(value) is float and math.isnan(value))
 
 
-def _summary(c: Case, **kw: Any) -> dict[str, Any]:
+def _summary(c: Case, **kw: Any) -> Summary:
     return summarize(c.expected, c.actual, c.scores, c.band_mins, c.band_maxs, **kw)
 
 
@@ -665,9 +664,9 @@ def test_summarize_consistent_and_json(case: Case) -> None:
     assert result["auc"] == roc_auc(case.scores, case.is_pass)
     assert result["reliability"] == reliability_bins(case.scores, case.is_pass, 5)
     lo, hi = result["accuracy_ci"]
-    assert lo <= result["accuracy"] <= hi
+    assert lo is not None and hi is not None and lo <= result["accuracy"] <= hi
     lo, hi = result["kappa_ci"]
-    assert lo <= result["kappa"] <= hi
+    assert lo is not None and hi is not None and lo <= result["kappa"] <= hi
     assert _summary(case, n_bins=5) == result  # deterministic
 
 

@@ -24,6 +24,7 @@ from pytest_agenteval._pairwise import (
     PREFERENCE_CONTRACT,
     GateTerms,
     PairwiseError,
+    PairwiseStats,
     binomial_tail,
     first_side,
     pairwise_gate,
@@ -106,7 +107,7 @@ def test_stats_when_everything_tied() -> None:
     assert stats["win_rate"] is None and stats["ci"] is None and stats["p_value"] == 1.0
 
 
-def _stats(wins: int, losses: int, ties: int = 0) -> dict[str, Any]:
+def _stats(wins: int, losses: int, ties: int = 0) -> PairwiseStats:
     records = [_record(f"w{i}", "b") for i in range(wins)]
     records += [_record(f"l{i}", "a") for i in range(losses)]
     records += [_record(f"t{i}", "tie") for i in range(ties)]

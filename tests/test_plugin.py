@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import json
 import textwrap
+from typing import Any
 
 import pytest
 from demo_family import BENCHMARK, COMPAT, DISCLOSE, EXTRA, REFUSE, SUBJECT
 
 
-def summary(pytester: pytest.Pytester) -> dict:
+def summary(pytester: pytest.Pytester) -> dict[str, Any]:
     found = sorted(
         (pytester.path / ".agenteval" / "runs").rglob("summary.json"),
         key=lambda f: json.loads(f.read_text())["started_at"],  # names tie within a second
     )
     assert found, "no summary.json written"
-    return json.loads(found[-1].read_text())
+    data: dict[str, Any] = json.loads(found[-1].read_text())
+    return data
 
 
-def node(tree: dict, node_id: str) -> dict:
+def node(tree: dict[str, Any], node_id: str) -> dict[str, Any]:
     if tree["id"] == node_id:
         return tree
     for child in tree["children"]:

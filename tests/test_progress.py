@@ -152,7 +152,9 @@ def test_the_bar_draws_in_one_write_and_gives_up_when_the_terminal_is_resized() 
 def judge_env(monkeypatch: pytest.MonkeyPatch, fake_llm: FakeLLMServer) -> FakeLLMServer:
     def grade(req: RecordedRequest) -> Reply:
         text = req.body["messages"][-1]["content"]
-        n = int(re.search(r"## Criteria \((\d+),", text).group(1))  # type: ignore[union-attr]
+        counted = re.search(r"## Criteria \((\d+),", text)
+        assert counted is not None, "no criteria count in the judge prompt"
+        n = int(counted.group(1))
         body = {
             "overall_score": 90,
             "criteria": [{"criterion": "c", "met": True, "reasoning": "r"}] * n,

@@ -18,12 +18,13 @@ import pytest
 from fakellm import FakeLLMServer, Reply, ToolCall
 
 from pytest_agenteval._checks import ToolCall as AgentToolCall
-from pytest_agenteval.subjects._base import Response, SubjectError, call_subject
+from pytest_agenteval._vocab import SubjectError
+from pytest_agenteval.subjects._base import Response, call_subject
 from pytest_agenteval.subjects._hosted import (
     AnthropicSubject,
     CommandSubject,
+    HostedSubject,
     OpenAISubject,
-    Subject,
     SubjectConfigError,
     make_subject,
     subject_environment,
@@ -75,7 +76,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def subject_for(server: FakeLLMServer, provider: str, **kw: Any) -> Subject:
+def subject_for(server: FakeLLMServer, provider: str, **kw: Any) -> HostedSubject:
     kw.setdefault("max_retries", 0)
     kw.setdefault("timeout_s", 5.0)
     base = server.openai_base_url if provider == "openai" else server.anthropic_base_url
@@ -84,7 +85,7 @@ def subject_for(server: FakeLLMServer, provider: str, **kw: Any) -> Subject:
     return subject
 
 
-async def ask(subject: Subject, prompt: str = "hello", **context: Any) -> Response:
+async def ask(subject: HostedSubject, prompt: str = "hello", **context: Any) -> Response:
     async with subject:
         return await subject(prompt, **context)
 
@@ -99,7 +100,8 @@ def test_make_subject_kinds() -> None:
     assert isinstance(cmd, CommandSubject) and cmd.name == "cmd:echo hi"
     assert make_subject("rules") is None
     assert make_subject("mymodule:agent") is None
-    assert make_subject("openai:gpt-x").name == "openai:gpt-x"  # type: ignore[union-attr]
+    subject = make_subject("openai:gpt-x")
+    assert subject is not None and subject.name == "openai:gpt-x"
     with pytest.raises(SubjectConfigError, match="expected openai:MODEL"):
         make_subject("openai:")
     with pytest.raises(SubjectConfigError, match="expected cmd:COMMAND"):
@@ -136,7 +138,8 @@ def test_openai_text_usage_and_request(fake_llm: FakeLLMServer) -> None:
     assert resp.usage == {"prompt_tokens": 11, "completion_tokens": 4}
     assert resp.meta["model_returned"] == "model-x-2024"
     assert resp.meta["finish_reason"] == "stop"
-    assert resp.meta["latency_s"] >= 0 and resp.meta["temperature"] is None
+    latency = resp.meta["latency_s"]
+    assert isinstance(latency, float) and latency >= 0 and resp.meta["temperature"] is None
     body = fake_llm.last("openai").body
     assert body["model"] == "model-x"
     assert body["messages"] == [{"role": "user", "content": "hello"}]
@@ -408,7 +411,7 @@ def test_provider_subject_through_call_subject(fake_llm: FakeLLMServer) -> None:
 # --------------------------------------------------------------------------- cmd
 
 
-def cmd(code: str, **kw: Any) -> Subject:
+def cmd(code: str, **kw: Any) -> HostedSubject:
     subject = make_subject(f"cmd:{PY} -c {shlex.quote(code)}", **kw)
     assert subject is not None
     return subject

@@ -26,9 +26,9 @@ from pytest_agenteval._providers import (
     ProviderFailure,
     Transport,
 )
-from pytest_agenteval.judges._base import ConfigError, CriterionSpec, GradeRequest, JudgeError
+from pytest_agenteval._vocab import ConfigError, JudgeError, SubjectError
+from pytest_agenteval.judges._base import CriterionSpec, GradeRequest
 from pytest_agenteval.judges._llm import TOOL_NAME, JudgeSettings, LLMJudgeError, make_llm_judge
-from pytest_agenteval.subjects._base import SubjectError
 from pytest_agenteval.subjects._hosted import make_subject
 
 KEYS = {"openai": "sk-canary-openai-0123456789", "anthropic": "sk-ant-canary-0123456789"}

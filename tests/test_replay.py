@@ -15,7 +15,7 @@ from test_schemas import check_run
 
 from pytest_agenteval._replay import load_replay, with_replay_tag
 from pytest_agenteval._suites import ScenarioInfo
-from pytest_agenteval._yaml import SpecError
+from pytest_agenteval._vocab import SpecError
 
 #: A subject that must never be called: replay grades what was recorded.
 NO_CALLS = """
@@ -84,11 +84,14 @@ def test_transcripts_load_with_implicit_samples_and_both_tool_call_shapes(tmp_pa
     log = load_replay(path, "t.jsonl")
     assert log.source == "transcripts"
     assert log.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert log.lookup("a", None, 0).answer == "first"  # type: ignore[union-attr]
+    first = log.lookup("a", None, 0)
+    assert first is not None and first.answer == "first"
     second = log.lookup("a", None, 1)
     assert second is not None and (second.answer, second.line) == ("second", 3)
     assert log.lookup("b", "c1", 4) is not None and log.lookup("b", None, 4) is None
-    calls = log.lookup("c", None, 0).tool_calls  # type: ignore[union-attr]
+    with_calls = log.lookup("c", None, 0)
+    assert with_calls is not None
+    calls = with_calls.tool_calls
     assert [(c.name, dict(c.arguments)) for c in calls] == [
         ("search", {"q": "gdpr"}),
         ("send", {"to": 1}),

@@ -14,7 +14,7 @@ import pytest
 from demo_family import make_demo
 from test_schemas import check_run
 
-from pytest_agenteval._evals import Bands, EvalResult
+from pytest_agenteval._evals import EvalResult
 from pytest_agenteval._family import combine_samples
 from pytest_agenteval._stats import (
     reliability,
@@ -23,6 +23,7 @@ from pytest_agenteval._stats import (
     t_quantile,
     wilson_interval,
 )
+from pytest_agenteval._vocab import Bands, Verdict
 from pytest_agenteval.evidence._run_dir import node_dict
 
 # --------------------------------------------------------------------------- pure numbers
@@ -85,8 +86,8 @@ def test_sample_stats_mean_and_majority() -> None:
         sample_stats([0.5, 0.5], ["warn", "warn"], "median")
 
 
-def _sample(score: float | None, verdict: str) -> EvalResult:
-    return EvalResult("s", "s", score, verdict, kind="scenario", meta={"pillar": "p"})  # type: ignore[arg-type]
+def _sample(score: float | None, verdict: Verdict) -> EvalResult:
+    return EvalResult("s", "s", score, verdict, kind="scenario", meta={"pillar": "p"})
 
 
 def test_combine_samples_by_mean() -> None:
@@ -108,9 +109,9 @@ def test_combine_samples_by_majority_vote() -> None:
     """2 of 3 pass: majority PASS with score 2/3, where the mean (0.58) would WARN."""
     runs = [_sample(0.8, "pass"), _sample(0.75, "pass"), _sample(0.2, "fail")]
     mean = combine_samples(runs, Bands(), "high")
-    assert (mean.score, mean.verdict) == (pytest.approx(0.583333), "warn")
+    assert (mean.score, mean.verdict) == pytest.approx((0.583333, "warn"))
     vote = combine_samples(runs, Bands(), "high", "majority_vote")
-    assert (vote.score, vote.verdict) == (pytest.approx(0.666667), "pass")
+    assert (vote.score, vote.verdict) == pytest.approx((0.666667, "pass"))
     assert vote.meta["score_ci"] == pytest.approx([0.207660, 0.938508], abs=1e-6)
     # sd of the sample scores: deviations from 0.583333 are 0.216667, 0.166667, -0.383333;
     # squares sum to 0.221667, / 2 = 0.110833, √ = 0.332916
@@ -185,7 +186,8 @@ def agenteval_subject():
 def _summary(pytester: pytest.Pytester) -> dict[str, Any]:
     found = sorted((pytester.path / ".agenteval" / "runs").rglob("summary.json"))
     assert found, "no summary.json written"
-    return json.loads(found[-1].read_text())
+    data: dict[str, Any] = json.loads(found[-1].read_text())
+    return data
 
 
 def _node(tree: dict[str, Any], node_id: str) -> dict[str, Any]:

@@ -217,7 +217,9 @@ def test_a_key_echoed_by_the_agent_appears_in_no_output(
 
 def _grade_everything(req: RecordedRequest) -> Reply:
     text = req.body["messages"][-1]["content"]
-    n = int(re.search(r"## Criteria \((\d+), in this order\)", text).group(1))  # type: ignore[union-attr]
+    counted = re.search(r"## Criteria \((\d+), in this order\)", text)
+    assert counted is not None, "no criteria count in the judge prompt"
+    n = int(counted.group(1))
     grade = {
         "overall_score": 80,
         "criteria": [{"criterion": f"c{i}", "met": True, "reasoning": "ok"} for i in range(n)],

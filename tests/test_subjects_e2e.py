@@ -6,10 +6,10 @@ import shlex
 import sys
 
 import pytest
-from fakellm import FakeLLMServer, Reply
+from fakellm import FakeLLMServer, RecordedRequest, Reply
 
 
-def answer_for(request) -> Reply:  # type: ignore[no-untyped-def]
+def answer_for(request: RecordedRequest) -> Reply:
     prompt = request.body["messages"][-1]["content"]
     text = prompt if isinstance(prompt, str) else prompt[-1].get("text", "")
     if "human" in text:

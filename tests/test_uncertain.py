@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from demo_family import make_demo
@@ -15,17 +15,17 @@ from pytest_agenteval.__main__ import main as agenteval
 from pytest_agenteval._uncertain import nearest_edge, panel_disagreements, pick
 from pytest_agenteval.evidence._chain import verify_run
 
-LABELS = ("expected_verdict", "expected_score_min", "expected_score_max", "rationale")
+LABELS: Final = ("expected_verdict", "expected_score_min", "expected_score_max", "rationale")
 
 # --------------------------------------------------------------------------- pure parts
 
 
 def test_nearest_edge_by_hand() -> None:
     bands = {"pass": 0.70, "warn": 0.40}
-    assert nearest_edge(0.65, bands, 0.10) == ("pass", 0.70, pytest.approx(0.05))
-    assert nearest_edge(0.50, bands, 0.10) == ("warn", 0.40, pytest.approx(0.10))  # inclusive
+    assert nearest_edge(0.65, bands, 0.10) == pytest.approx(("pass", 0.70, 0.05))
+    assert nearest_edge(0.50, bands, 0.10) == pytest.approx(("warn", 0.40, 0.10))  # inclusive
     assert nearest_edge(0.50, bands, 0.05) is None
-    assert nearest_edge(0.56, bands, 0.20) == ("pass", 0.70, pytest.approx(0.14))  # the closer
+    assert nearest_edge(0.56, bands, 0.20) == pytest.approx(("pass", 0.70, 0.14))  # the closer
     assert nearest_edge(0.90, bands, 0.10) is None
     # an edge at 0 is none (nothing scores below it)
     assert nearest_edge(0.05, {"pass": 0.70, "warn": 0.0}, 0.10) is None
@@ -223,7 +223,9 @@ def test_judges_that_disagree_make_candidates(
 
     def handle(req: RecordedRequest) -> Reply:
         text = req.body["messages"][-1]["content"]
-        n = int(re.search(r"## Criteria \((\d+), in this order\)", text).group(1))  # type: ignore[union-attr]
+        counted = re.search(r"## Criteria \((\d+), in this order\)", text)
+        assert counted is not None, "no criteria count in the judge prompt"
+        n = int(counted.group(1))
         score = 90 if req.body["model"] == "judge-a" else 20
         grade = {
             "overall_score": score,

@@ -69,13 +69,12 @@ def test_every_exception_of_the_package_derives_from_the_one_base() -> None:
 
 
 def test_public_error_names_are_the_vocabulary_classes() -> None:
-    from pytest_agenteval._yaml import SpecError as yaml_spec_error
     from pytest_agenteval.judges._base import ConfigError as judges_config_error
     from pytest_agenteval.judges._base import JudgeError as judges_judge_error
     from pytest_agenteval.subjects._base import SubjectError as subjects_subject_error
 
     assert pytest_agenteval.AgentevalError is AgentevalError
-    assert pytest_agenteval.SpecError is SpecError is yaml_spec_error
+    assert pytest_agenteval.SpecError is SpecError
     assert pytest_agenteval.JudgeError is JudgeError is judges_judge_error
     assert pytest_agenteval.SubjectError is SubjectError is subjects_subject_error
     assert pytest_agenteval.ConfigError is ConfigError is judges_config_error

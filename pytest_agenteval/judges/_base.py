@@ -25,7 +25,7 @@ import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from .._checks import Answer, Check
 from .._evals import CriterionResult, EvalResult
@@ -33,6 +33,7 @@ from .._vocab import (
     AgentevalError,
     Bands,
     ConfigError,
+    JSONValue,
     JudgeError,
     band_verdict,
     score_severity,
@@ -60,7 +61,16 @@ class CriterionSpec:
     check: Check | None = None
 
 
-def criteria_from(items: Sequence[Any]) -> tuple[CriterionSpec, ...]:
+class _Criterion(Protocol):
+    """A scenario's criterion: its text and, optionally, a ``check`` attribute."""
+
+    @property
+    def text(self) -> str: ...
+
+
+def criteria_from(
+    items: Sequence[str | tuple[str, Check | None] | _Criterion],
+) -> tuple[CriterionSpec, ...]:
     """Accept strings, ``(text, check)`` pairs or objects with ``text``/``check``."""
     out = []
     for item in items:
@@ -69,7 +79,8 @@ def criteria_from(items: Sequence[Any]) -> tuple[CriterionSpec, ...]:
         elif isinstance(item, tuple):
             out.append(CriterionSpec(item[0], item[1]))
         else:
-            out.append(CriterionSpec(item.text, getattr(item, "check", None)))
+            check = getattr(item, "check", None)
+            out.append(CriterionSpec(item.text, check if isinstance(check, Check) else None))
     return tuple(out)
 
 
@@ -82,7 +93,9 @@ class GradeRequest:
     answer: Answer
     expected_behavior: str
     criteria: tuple[CriterionSpec, ...]
-    context: Mapping[str, Any] = field(default_factory=dict)
+    #: The scenario's identity, the agent's system prompt, turns and tools, the judge
+    #: prompt, repetition...: judges look up what they use and check its type.
+    context: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,8 @@ class Grade:
     criteria: tuple[CriterionResult, ...]
     summary: str
     judge: str
-    details: Mapping[str, Any] = field(default_factory=dict)
+    #: What the judge records of how it graded (made JSON-safe in the evidence).
+    details: Mapping[str, object] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -148,7 +162,7 @@ class RulesJudge:
 
 
 async def grade_to_result(
-    judge: Any,
+    judge: Judge,
     request: GradeRequest,
     *,
     key: str,
@@ -160,7 +174,7 @@ async def grade_to_result(
     :class:`EvalResult` (verdict from score)."""
     judge_name = getattr(judge, "name", "judge")
 
-    def errored(error: str, meta: Mapping[str, Any] | None = None) -> EvalResult:
+    def errored(error: str, meta: Mapping[str, object] | None = None) -> EvalResult:
         return EvalResult(key, name, None, "error", kind="scenario", error=error, meta=meta or {})
 
     try:
@@ -168,8 +182,10 @@ async def grade_to_result(
     except NotGradable as exc:
         return EvalResult(key, name, None, "skipped", kind="scenario", reasoning=str(exc))
     except JudgeError as exc:
-        details = getattr(exc, "details", None)
-        return errored(str(exc), {"judge": judge_name, **(details or {})})
+        details = getattr(exc, "details", None)  # LLMJudgeError's: what is known
+        return errored(
+            str(exc), {"judge": judge_name, **(details if isinstance(details, Mapping) else {})}
+        )
     except (ConfigError, asyncio.CancelledError):
         raise
     except Exception as exc:  # a judge that crashes is an error, never a grade
@@ -177,12 +193,12 @@ async def grade_to_result(
     return result_from_grade(grade, key=key, name=name, bands=bands, severity=severity)
 
 
-def is_deterministic(judge: Any) -> bool:
+def is_deterministic(judge: object) -> bool:
     """A judge that grades the same answer the same way every time (the rules judge)."""
     return bool(getattr(judge, "deterministic", False))
 
 
-def _valid_score(score: Any) -> bool:
+def _valid_score(score: object) -> TypeGuard[float]:
     return (
         not isinstance(score, bool)
         and isinstance(score, int | float)
@@ -197,7 +213,7 @@ SCORE_RULE = (
 )
 
 
-async def grade_with_checks(judge: Any, request: GradeRequest) -> Grade:
+async def grade_with_checks(judge: Judge, request: GradeRequest) -> Grade:
     """*judge*'s grade with every checked criterion decided by its check.
 
     The judge sees only the unchecked criteria (``context["criteria_checked"]``
@@ -220,7 +236,7 @@ async def grade_with_checks(judge: Any, request: GradeRequest) -> Grade:
     checked = len(decided)
     open_ = [c for i, c in enumerate(request.criteria) if i not in decided]
     judged = len(open_)
-    scoring: dict[str, Any] = {
+    scoring: dict[str, JSONValue] = {
         "rule": SCORE_RULE,
         "checked": checked,
         "checked_met": met,

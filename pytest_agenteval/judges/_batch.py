@@ -61,22 +61,41 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final, TypeGuard, Union
 
 import pytest
 
 from .._cost import Cost, cost_of
-from .._vocab import AgentevalError
+from .._vocab import AgentevalError, JSONObject, JSONValue
 
 if TYPE_CHECKING:
+    from anthropic.types.messages import MessageBatch
+
     from .._golden_items import CalibrationItem
     from .._progress import Progress
+    from .._providers import AsyncOpenAI
     from .._session import AgentevalState
-    from ._base import Grade, GradeRequest
+    from ..evidence._run_dir import RunRecorder
+    from ._base import Grade, GradeRequest, Judge
+    from ._llm import (
+        AnthropicJudge,
+        LLMJudgeError,
+        OpenAIJudge,
+        Sampling,
+        _Problem,
+        _Prompt,
+        _Rendered,
+        _Reply,
+    )
+
+#: The judges that have a batch API.
+BatchJudge = Union["OpenAIJudge", "AnthropicJudge"]
+#: What a batch line gave a judge for an item: its grade, or why there is none.
+Outcome = Union["Grade", "LLMJudgeError"]
 
 BATCH_FILE = "batch.json"
 SCHEMA = "pytest-agenteval/batch/1"
@@ -84,14 +103,14 @@ SCHEMA = "pytest-agenteval/batch/1"
 PRICE_FACTOR = 0.5
 #: Lines per batch each provider accepts; more are split into several batches.
 MAX_LINES = {"openai": 50_000, "anthropic": 100_000}
-OPENAI_ENDPOINT = "/v1/chat/completions"
+OPENAI_ENDPOINT: Final = "/v1/chat/completions"
 _OPENAI_ENDED = ("completed", "failed", "expired", "cancelled")
 #: Consecutive failed polls after which the run stops (the batch keeps running: re-run to resume).
 MAX_POLL_FAILURES = 5
 _BATCH_JSON_LIMIT = 64 * 1024 * 1024
 
 #: nodeid -> judge index -> the batch's outcome for that judge (a Grade or an LLMJudgeError)
-RESULTS: pytest.StashKey[dict[str, dict[int, Any]]] = pytest.StashKey()
+RESULTS: pytest.StashKey[dict[str, dict[int, Outcome]]] = pytest.StashKey()
 
 
 # --------------------------------------------------------------------------- options
@@ -128,7 +147,7 @@ def check_options(config: pytest.Config) -> None:
         )
 
 
-def check_items(state: AgentevalState, items: Sequence[Any]) -> None:
+def check_items(state: AgentevalState, items: Sequence[pytest.Item]) -> None:
     """At collection: what ``--judge-batch`` cannot do is a usage error, before any call."""
     from .._collect import ScenarioItem
 
@@ -148,7 +167,7 @@ def check_items(state: AgentevalState, items: Sequence[Any]) -> None:
         )
 
 
-def _batchable(judge: Any) -> bool:
+def _batchable(judge: object) -> TypeGuard[BatchJudge]:
     from ._llm import AnthropicJudge, OpenAIJudge
 
     return isinstance(judge, (OpenAIJudge, AnthropicJudge))
@@ -158,21 +177,19 @@ def _batchable(judge: Any) -> bool:
 
 
 def grade_cost(
-    meta: Mapping[str, Any], judge: Any, rates: Mapping[str, tuple[float, float]]
+    meta: Mapping[str, object], judge: object, rates: Mapping[str, tuple[float, float]]
 ) -> Cost:
     """What one calibration grade cost: its tokens at the model's rate, those answered
     in a batch at the batch price (a live re-ask at the full price)."""
     model = meta.get("model_requested") or meta.get("judge") or judge
-    usage = meta.get("usage") if isinstance(meta.get("usage"), Mapping) else None
-    cost = cost_of(str(model) if model else None, usage, rates)
+    cost = cost_of(str(model) if model else None, meta.get("usage"), rates)
     batch = meta.get("batch")
     if not isinstance(batch, Mapping) or cost.usd is None:
         return cost
     factor = batch.get("price_factor")
-    batch_usage = batch.get("usage") if isinstance(batch.get("usage"), Mapping) else None
     if not isinstance(factor, (int, float)) or isinstance(factor, bool):
         return cost
-    part = cost_of(str(model) if model else None, batch_usage, rates)
+    part = cost_of(str(model) if model else None, batch.get("usage"), rates)
     saved = (1.0 - float(factor)) * (part.usd or 0.0)
     return Cost(cost.usd - saved, cost.prompt_tokens, cost.completion_tokens)
 
@@ -185,7 +202,7 @@ class BatchedGrade:
 
     deterministic = False
 
-    def __init__(self, judge: Any, outcome: Any) -> None:
+    def __init__(self, judge: Judge, outcome: Outcome) -> None:
         self.judge = judge
         self.name = judge.name
         self.model = getattr(judge, "model", None)
@@ -200,7 +217,7 @@ class BatchedGrade:
         return outcome
 
 
-def batched_judges(config: pytest.Config, nodeid: str, judges: list[Any]) -> list[Any]:
+def batched_judges(config: pytest.Config, nodeid: str, judges: list[Judge]) -> list[Judge]:
     """*judges* with those graded in a batch replaced by their batch results for *nodeid*."""
     results = config.stash.get(RESULTS, None)
     mine = results.get(nodeid) if results else None
@@ -232,7 +249,7 @@ class _Recorder:
         raise _Asked(request)
 
 
-async def asked(judge: Any, request: GradeRequest) -> GradeRequest | None:
+async def asked(judge: Judge, request: GradeRequest) -> GradeRequest | None:
     """The request *judge* would get for *request* (checked criteria held back, exactly as
     :func:`~pytest_agenteval.judges._base.grade_with_checks` does live); None when it would not
     be called (every criterion has a check)."""
@@ -255,24 +272,26 @@ class Line:
     criteria: list[str]
     nonce: str
     key: str
-    prompt: Any
-    rendered: Any
-    sampling: Any
-    repetition: Any
+    prompt: _Prompt
+    rendered: _Rendered
+    sampling: Sampling
+    repetition: int | str
     mode: str
-    body: dict[str, Any]
+    body: JSONObject
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _repetition(request: GradeRequest) -> Any:
+def _repetition(request: GradeRequest) -> int | str:
     value = request.context.get("repetition", 0)
     return value if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
-def make_line(judge: Any, custom_id: str, nodeid: str, request: GradeRequest, nonce: str) -> Line:
+def make_line(
+    judge: BatchJudge, custom_id: str, nodeid: str, request: GradeRequest, nonce: str
+) -> Line:
     """The batch line for *request*, rendered as the judge renders a live call."""
     from ._llm import NONCE_PLACEHOLDER, _prompt_for, _render
 
@@ -303,14 +322,14 @@ def make_line(judge: Any, custom_id: str, nodeid: str, request: GradeRequest, no
     return line
 
 
-def request_body(judge: Any, line: Line) -> dict[str, Any]:
+def request_body(judge: BatchJudge, line: Line) -> JSONObject:
     """The body of the live call a judge would make for *line* (its first round)."""
     from ._llm import GRADE_CONTRACT, grade_schema
 
     contract = dataclasses.replace(GRADE_CONTRACT, schema=grade_schema(len(line.criteria)))
-    user = {"role": "user", "content": line.rendered.user}
+    user: JSONObject = {"role": "user", "content": line.rendered.user}
     if judge.provider == "openai":
-        body: dict[str, Any] = {
+        body: JSONObject = {
             "model": judge.model,
             "messages": [{"role": "system", "content": line.prompt.text}, user],
             "temperature": line.sampling.temperature,
@@ -350,11 +369,11 @@ def request_body(judge: Any, line: Line) -> dict[str, Any]:
     return body
 
 
-def _jsonl(judge: Any, lines: Sequence[Line]) -> bytes:
+def _jsonl(judge: BatchJudge, lines: Sequence[Line]) -> bytes:
     """What is submitted: OpenAI's input file, Anthropic's requests, one JSON line each."""
     out = []
     for line in lines:
-        obj: dict[str, Any]
+        obj: JSONObject
         if judge.provider == "openai":
             obj = {"custom_id": line.custom_id, "method": "POST", "url": OPENAI_ENDPOINT}
             obj["body"] = line.body
@@ -374,9 +393,9 @@ class Job:
     family: str
     family_root: str
     judge_index: int
-    judge: Any
+    judge: BatchJudge
     lines: list[Line]
-    recorder: Any
+    recorder: RunRecorder
     part: int = 0
     batch_id: str | None = None
     input_file_id: str | None = None
@@ -384,9 +403,11 @@ class Job:
     done: int = 0
     failed: int = 0
     submitted_at: str | None = None
-    resumed_from: dict[str, Any] | None = None
+    resumed_from: JSONObject | None = None
     collected: bool = False
-    batch: Any = None
+    #: The provider's latest view of the batch (its SDK object: read by attribute name,
+    #: the two providers' differ)
+    batch: object = None
     poll_failures: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -411,7 +432,7 @@ class Job:
             return self.status in _OPENAI_ENDED
         return self.status == "ended"
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JSONObject:
         """This batch in ``batch.json``."""
         return {
             "judge": self.judge.name,
@@ -437,7 +458,7 @@ class Job:
         }
 
 
-def write_batch_json(recorder: Any, jobs: Sequence[Job]) -> None:
+def write_batch_json(recorder: RunRecorder, jobs: Sequence[Job]) -> None:
     recorder.write_json(
         BATCH_FILE,
         {
@@ -449,15 +470,14 @@ def write_batch_json(recorder: Any, jobs: Sequence[Job]) -> None:
     )
 
 
-def _client(judge: Any) -> Any:
-    return judge.conn.client()
-
-
 async def submit(job: Job) -> None:
+    from ._llm import OpenAIJudge
+
     judge = job.judge
-    client = _client(judge)
     data = _jsonl(judge, job.lines)
-    if judge.provider == "openai":
+    batch: object
+    if isinstance(judge, OpenAIJudge):
+        client = judge.conn.client()
         uploaded = await client.files.create(
             file=("agenteval-batch.jsonl", data, "application/jsonl"), purpose="batch"
         )
@@ -468,27 +488,31 @@ async def submit(job: Job) -> None:
             metadata={"agenteval_run": str(job.recorder.run_id)[:64], "family": job.family[:500]},
         )
         job.input_file_id = uploaded.id
+        job.batch_id = batch.id
     else:
-        batch = await client.messages.batches.create(
+        # each line's params are the request's own fields (checked by the API, not here)
+        create: Callable[..., Awaitable[MessageBatch]] = judge.conn.client().messages.batches.create
+        created = await create(
             requests=[{"custom_id": line.custom_id, "params": line.body} for line in job.lines]
         )
-    job.batch_id = batch.id
+        job.batch_id = created.id
+        batch = created
     job.submitted_at = _now()
     _note(job, batch)
 
 
-def _note(job: Job, batch: Any) -> None:
+def _note(job: Job, batch: object) -> None:
     """Take the provider's view of the batch: its state and counts."""
     job.batch = batch
     counts = getattr(batch, "request_counts", None)
     if job.judge.provider == "openai":
-        job.status = str(batch.status)
+        job.status = str(getattr(batch, "status", ""))
         job.done = int(getattr(counts, "completed", 0) or 0) + int(
             getattr(counts, "failed", 0) or 0
         )
         job.failed = int(getattr(counts, "failed", 0) or 0)
     else:
-        job.status = str(batch.processing_status)
+        job.status = str(getattr(batch, "processing_status", ""))
         processing = int(getattr(counts, "processing", 0) or 0)
         job.done = job.total - processing if job.status != "ended" else job.total
         job.failed = sum(
@@ -497,33 +521,37 @@ def _note(job: Job, batch: Any) -> None:
 
 
 async def refresh(job: Job) -> None:
-    client = _client(job.judge)
-    if job.judge.provider == "openai":
-        batch = await client.batches.retrieve(job.batch_id)
+    from ._llm import OpenAIJudge
+
+    judge, batch_id = job.judge, job.batch_id
+    assert batch_id is not None, "a batch is refreshed once submitted or resumed"
+    batch: object
+    if isinstance(judge, OpenAIJudge):
+        batch = await judge.conn.client().batches.retrieve(batch_id)
     else:
-        batch = await client.messages.batches.retrieve(job.batch_id)
+        batch = await judge.conn.client().messages.batches.retrieve(batch_id)
     _note(job, batch)
 
 
 # --------------------------------------------------------------------------- results
 
 
-def _problem_error(message: str, details: dict[str, Any]) -> Any:
+def _problem_error(message: str, details: JSONObject) -> LLMJudgeError:
     from ._llm import LLMJudgeError
 
     return LLMJudgeError(message, details)
 
 
-def _provider_text(body: Any) -> str:
+def _provider_text(body: object) -> str:
     """The provider's ``error.message`` of a failed line, redacted and clipped."""
     from .._providers import provider_message
 
     return provider_message(body)
 
 
-def _details(job: Job, line: Line) -> dict[str, Any]:
+def _details(job: Job, line: Line) -> JSONObject:
     judge = job.judge
-    details: dict[str, Any] = judge._base_details(
+    details = judge._base_details(
         line.prompt, line.rendered, line.nonce, line.repetition, line.sampling
     )
     details["structured"] = line.mode
@@ -546,10 +574,11 @@ def _details(job: Job, line: Line) -> dict[str, Any]:
     return details
 
 
-def _usage(details: dict[str, Any], prompt: int, completion: int) -> None:
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
-    details["usage"] = dict(usage)
-    details["batch"]["usage"] = dict(usage)
+def _usage(details: JSONObject, prompt: int, completion: int) -> None:
+    details["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    batch = details["batch"]
+    if isinstance(batch, dict):
+        batch["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion}
 
 
 @dataclass
@@ -558,12 +587,12 @@ class _Reask:
 
     job: Job
     line: Line
-    reply: Any
-    problem: Any
-    details: dict[str, Any]
+    reply: _Reply
+    problem: _Problem
+    details: JSONObject
 
 
-def _held_to_contract(job: Job, line: Line, reply: Any, details: dict[str, Any]) -> Any:
+def _held_to_contract(job: Job, line: Line, reply: _Reply, details: JSONObject) -> Grade | _Reask:
     """The grade of a reply, or a :class:`_Reask` when it breaks the contract."""
     from ._llm import _loads_strict, _make_grade, _Problem, _validate
 
@@ -577,15 +606,17 @@ def _held_to_contract(job: Job, line: Line, reply: Any, details: dict[str, Any])
         return _Reask(job, line, reply, problem, details)
     details["parsed"] = parsed
     if mismatched:
-        details["criteria_text_mismatch"] = mismatched
+        details["criteria_text_mismatch"] = [*mismatched]
     return _make_grade(parsed, line.criteria, job.judge.name, details)
 
 
-def openai_outcome(job: Job, line: Line, obj: Any) -> Any:
+def openai_outcome(job: Job, line: Line, obj: object) -> Outcome | _Reask:
     """One line of OpenAI's output or error file -> a Grade, an LLMJudgeError or a re-ask."""
     from .._providers import token_usage
-    from ._llm import TOOL_NAME, _Failure
+    from ._llm import TOOL_NAME, OpenAIJudge, _Failure
 
+    judge = job.judge
+    assert isinstance(judge, OpenAIJudge), "an OpenAI batch's line"
     details = _details(job, line)
     response = obj.get("response") if isinstance(obj, Mapping) else None
     if not isinstance(response, Mapping):
@@ -610,20 +641,22 @@ def openai_outcome(job: Job, line: Line, obj: Any) -> Any:
         resp = openai.types.chat.ChatCompletion.model_validate(dict(body))
     except ValueError:
         return _problem_error("judge batch line unreadable (not a chat completion)", details)
-    p, c = token_usage(job.judge.conn.provider, resp.usage)
+    p, c = token_usage(judge.conn.provider, resp.usage)
     _usage(details, p, c)
     try:
-        reply = job.judge._reply(resp, line.mode, TOOL_NAME)
+        reply = judge._reply(resp, line.mode, TOOL_NAME)
     except _Failure as failure:
         return _problem_error(str(failure), details)
     return _held_to_contract(job, line, reply, details)
 
 
-def anthropic_outcome(job: Job, line: Line, raw: str) -> Any:
+def anthropic_outcome(job: Job, line: Line, raw: str) -> Outcome | _Reask:
     """One line of Anthropic's results -> a Grade, an LLMJudgeError or a re-ask."""
     from .._providers import token_usage
-    from ._llm import _DECODER, TOOL_NAME, _Failure, _raw_json
+    from ._llm import _DECODER, TOOL_NAME, AnthropicJudge, _Failure, _raw_json
 
+    judge = job.judge
+    assert isinstance(judge, AnthropicJudge), "an Anthropic batch's line"
     details = _details(job, line)
     obj = json.loads(raw)
     result = obj.get("result") if isinstance(obj, Mapping) else None
@@ -643,10 +676,10 @@ def anthropic_outcome(job: Job, line: Line, raw: str) -> Any:
         msg = anthropic.types.Message.model_validate(result.get("message"))
     except ValueError:
         return _problem_error("judge batch line unreadable (not a message)", details)
-    p, c = token_usage(job.judge.conn.provider, msg.usage)
+    p, c = token_usage(judge.conn.provider, msg.usage)
     _usage(details, p, c)
     try:
-        reply = job.judge._reply(("", msg), line.mode, TOOL_NAME)
+        reply = judge._reply(("", msg), line.mode, TOOL_NAME)
     except _Failure as failure:
         return _problem_error(str(failure), details)
     if reply.has_tool:  # the tool input read strictly from the line: NaN, duplicate keys kept
@@ -660,7 +693,7 @@ def anthropic_outcome(job: Job, line: Line, raw: str) -> Any:
     return _held_to_contract(job, line, reply, details)
 
 
-async def _read_file(client: Any, file_id: str | None) -> list[str]:
+async def _read_file(client: AsyncOpenAI, file_id: str | None) -> list[str]:
     if not file_id:
         return []
     content = await client.files.content(file_id)
@@ -668,12 +701,15 @@ async def _read_file(client: Any, file_id: str | None) -> list[str]:
     return [ln for ln in bytes(data).decode("utf-8", "replace").splitlines() if ln.strip()]
 
 
-async def collect(job: Job) -> dict[str, Any]:
+async def collect(job: Job) -> dict[str, Outcome | _Reask]:
     """custom_id -> outcome (Grade, LLMJudgeError or _Reask) for every line of an ended batch."""
+    from ._llm import OpenAIJudge
+
     by_id = {line.custom_id: line for line in job.lines}
-    out: dict[str, Any] = {}
-    client = _client(job.judge)
-    if job.judge.provider == "openai":
+    out: dict[str, Outcome | _Reask] = {}
+    judge = job.judge
+    if isinstance(judge, OpenAIJudge):
+        client = judge.conn.client()
         batch = job.batch
         raws = await _read_file(client, getattr(batch, "output_file_id", None))
         raws += await _read_file(client, getattr(batch, "error_file_id", None))
@@ -683,7 +719,8 @@ async def collect(job: Job) -> dict[str, Any]:
             if line is not None and line.custom_id not in out:
                 out[line.custom_id] = openai_outcome(job, line, obj)
     else:
-        results = await client.messages.batches.results(job.batch_id)
+        assert job.batch_id is not None, "an ended batch was submitted"
+        results = await judge.conn.client().messages.batches.results(job.batch_id)
         response = getattr(results, "http_response", None)
         if response is None:  # an SDK without the raw response: its (lenient) parse
             async for entry in results:
@@ -707,7 +744,9 @@ async def collect(job: Job) -> dict[str, Any]:
     return out
 
 
-def _take_anthropic(job: Job, by_id: dict[str, Line], out: dict[str, Any], raw: bytes) -> None:
+def _take_anthropic(
+    job: Job, by_id: dict[str, Line], out: dict[str, Outcome | _Reask], raw: bytes
+) -> None:
     text = raw.decode("utf-8", "replace").strip()
     if not text:
         return
@@ -736,7 +775,7 @@ def _batch_failure(job: Job) -> str:
     return ""
 
 
-async def reask(item: _Reask) -> Any:
+async def reask(item: _Reask) -> Outcome:
     """The one re-ask of an invalid batch answer, made live (full price), as a live grade would."""
     from ._llm import (
         GRADE_CONTRACT,
@@ -755,16 +794,16 @@ async def reask(item: _Reask) -> Any:
     details["first_response"] = {"raw_response": item.reply.raw, "problem": item.problem.text}
     contract = dataclasses.replace(GRADE_CONTRACT, schema=grade_schema(len(line.criteria)))
     state = _CallState(sampling=line.sampling, contract=contract)
-    messages = [
+    messages: list[JSONObject] = [
         {"role": "user", "content": line.rendered.user},
         *judge._reask_turns(item.reply, item.problem, len(line.criteria)),
     ]
-    batch_usage = dict(details["usage"])
+    batch_usage = details["usage"]
     from .._providers import track
 
     judge.conn.client()
     reply = None
-    error: Any = None
+    error: str | None = None
     try:
         with track(state):
             reply = await asyncio.wait_for(
@@ -776,10 +815,10 @@ async def reask(item: _Reask) -> Any:
     except asyncio.TimeoutError:
         error = f"judge timeout after {judge.settings.deadline_s:g}s"
     details["usage"] = {
-        "prompt_tokens": batch_usage["prompt_tokens"] + state.prompt_tokens,
-        "completion_tokens": batch_usage["completion_tokens"] + state.completion_tokens,
+        "prompt_tokens": _count(batch_usage, "prompt_tokens") + state.prompt_tokens,
+        "completion_tokens": _count(batch_usage, "completion_tokens") + state.completion_tokens,
     }
-    details["reask_live"] = {"attempts": state.attempts, "http_statuses": list(state.statuses)}
+    details["reask_live"] = {"attempts": state.attempts, "http_statuses": [*state.statuses]}
     if error is not None or reply is None:
         return _problem_error(str(error), details)
     details["model_returned"] = reply.model
@@ -793,14 +832,20 @@ async def reask(item: _Reask) -> Any:
         return _problem_error(problem.message(), details)
     details["parsed"] = parsed
     if mismatched:
-        details["criteria_text_mismatch"] = mismatched
+        details["criteria_text_mismatch"] = [*mismatched]
     return _make_grade(parsed, line.criteria, judge.name, details)
+
+
+def _count(usage: JSONValue, key: str) -> int:
+    """A token count of a usage mapping this module wrote."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) else 0
 
 
 # --------------------------------------------------------------------------- resuming
 
 
-def _read_batch_json(run_dir: Path) -> dict[str, Any] | None:
+def _read_batch_json(run_dir: Path) -> JSONObject | None:
     path = run_dir / BATCH_FILE
     try:
         if not path.is_file() or path.is_symlink() or path.stat().st_size > _BATCH_JSON_LIMIT:
@@ -811,7 +856,7 @@ def _read_batch_json(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
 
 
-def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject] | None:
     """An earlier run of this family and judges whose batch holds these requests and whose
     grades no complete run has used: intact (it verifies) and incomplete; the newest such."""
     from ..evidence._chain import verify_run
@@ -822,16 +867,17 @@ def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, dict[str, Any]] |
         reverse=True,
     )
     fingerprint = job.fingerprint
-    pending: list[tuple[Path, dict[str, Any]]] = []
+    pending: list[tuple[Path, JSONObject]] = []
     used: set[str] = set()  # batches whose grades a complete run has used
     for run_dir in siblings:
         data = _read_batch_json(run_dir)
-        if data is None:
+        batches = None if data is None else data.get("batches")
+        if not isinstance(batches, list):
             continue
         entry = next(
             (
                 b
-                for b in data.get("batches", [])
+                for b in batches
                 if isinstance(b, dict)
                 and b.get("fingerprint") == fingerprint
                 and b.get("judge") == job.judge.name
@@ -845,38 +891,46 @@ def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, dict[str, Any]] |
             continue
         verdict = verify_run(run_dir)  # a run that does not verify is not trusted either way
         if verdict.ok and verdict.complete:
-            used.add(entry["batch_id"])
+            used.add(str(entry["batch_id"]))
         elif verdict.ok:
             pending.append((run_dir, entry))
     # a new run after a complete one is a new measurement: its batch is not collected twice
-    return next(((d, e) for d, e in pending if e["batch_id"] not in used), None)
+    return next(((d, e) for d, e in pending if str(e["batch_id"]) not in used), None)
 
 
-async def resume(job: Job, run_dir: Path, entry: dict[str, Any]) -> str | None:
+async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
     """Take over the batch of an earlier run; a reason when it cannot be (then it is not)."""
-    stored = entry["lines"]
+    from ._llm import OpenAIJudge
+
+    stored = entry.get("lines")
+    if not isinstance(stored, dict):
+        return "no lines recorded"
     renewed = []
     for line in job.lines:
-        nonce = stored.get(line.custom_id, {}).get("nonce")
-        if not isinstance(nonce, str) or stored[line.custom_id].get("key") != line.key:
+        recorded = stored.get(line.custom_id)
+        nonce = recorded.get("nonce") if isinstance(recorded, dict) else None
+        if not isinstance(recorded, dict) or not isinstance(nonce, str):
+            return f"line {line.custom_id} differs"
+        if recorded.get("key") != line.key:
             return f"line {line.custom_id} differs"
         renewed.append(make_line(job.judge, line.custom_id, line.nodeid, line.request, nonce))
     data = _jsonl(job.judge, renewed)
     if hashlib.sha256(data).hexdigest() != entry.get("input_sha256"):
         return "the requests this run would send differ from those submitted"
-    client = _client(job.judge)
-    if job.judge.provider == "openai":
+    judge = job.judge
+    if isinstance(judge, OpenAIJudge):
         file_id = entry.get("input_file_id")
         if not isinstance(file_id, str):
             return "no input file recorded"
-        content = await client.files.content(file_id)
+        content = await judge.conn.client().files.content(file_id)
         sent = content.content if hasattr(content, "content") else await content.aread()
         if hashlib.sha256(bytes(sent)).hexdigest() != hashlib.sha256(data).hexdigest():
             return "the provider's input file is not the requests this run would send"
         job.input_file_id = file_id
     job.lines = renewed
     job.batch_id = str(entry["batch_id"])
-    job.submitted_at = entry.get("submitted_at")
+    submitted = entry.get("submitted_at")
+    job.submitted_at = submitted if isinstance(submitted, str) else None
     run_id = (_read_batch_json(run_dir) or {}).get("run_id")
     job.resumed_from = {"run_dir": run_dir.name, "run_id": run_id, "batch_id": job.batch_id}
     await refresh(job)
@@ -897,7 +951,7 @@ def _calibration_items(session: pytest.Session) -> list[CalibrationItem]:
 
 
 def _jobs(state: AgentevalState, items: Sequence[CalibrationItem]) -> list[Job]:
-    judges: list[Any] = list(state.judges())
+    judges = state.judges()
     subject = "calibration-" + "+".join(getattr(j, "name", "judge") for j in judges)
     by_family: dict[str, list[CalibrationItem]] = {}
     for item in items:
@@ -905,13 +959,15 @@ def _jobs(state: AgentevalState, items: Sequence[CalibrationItem]) -> list[Job]:
     jobs: list[Job] = []
     for root, family_items in by_family.items():
         recorder = state.calibration_bucket(root, subject).recorder
+        if recorder is None:  # the controller's bucket always has one
+            raise RuntimeError(f"--judge-batch: no run directory for {root}")
         for k, judge in enumerate(judges):
             if not _batchable(judge):
                 continue
             lines: list[Line] = []
 
             async def ask_all(
-                judge: Any = judge, todo: list[CalibrationItem] = family_items
+                judge: BatchJudge = judge, todo: list[CalibrationItem] = family_items
             ) -> list[GradeRequest | None]:
                 out: list[GradeRequest | None] = []
                 for item in todo:
@@ -1059,14 +1115,16 @@ def run_batch_phase(
         )
     _save(jobs)
     _wait(state, session, jobs, options, progress, sdk_errors)
-    outcomes: dict[str, dict[int, Any]] = {}
+    outcomes: dict[str, dict[int, Outcome]] = {}
     reasks: list[_Reask] = []
     for job in jobs:
         for custom_id, outcome in scheduler.run_coro(collect(job)).items():
             line = next(ln for ln in job.lines if ln.custom_id == custom_id)
+            graded = outcomes.setdefault(line.nodeid, {})
             if isinstance(outcome, _Reask):
-                reasks.append(outcome)
-            outcomes.setdefault(line.nodeid, {})[job.judge_index] = outcome
+                reasks.append(outcome)  # its outcome once re-asked
+            else:
+                graded[job.judge_index] = outcome
         job.collected = True
     if reasks:
         _say(
@@ -1076,20 +1134,22 @@ def run_batch_phase(
         )
         limit = asyncio.Semaphore(max(1, scheduler.concurrency))
 
-        async def one(item: _Reask) -> Any:
+        async def one(item: _Reask) -> Outcome:
             async with limit:
                 return await reask(item)
 
-        async def all_reasks() -> list[Any]:
+        async def all_reasks() -> list[Outcome]:
             return list(await asyncio.gather(*(one(r) for r in reasks)))
 
         for item, outcome in zip(reasks, scheduler.run_coro(all_reasks()), strict=True):
             outcomes[item.line.nodeid][item.job.judge_index] = outcome
+    from ._base import Grade
+
     for job in jobs:  # grades go to the cache as live ones do
         if job.judge.settings.cache_mode in ("write", "readwrite") and job.judge.settings.cache_dir:
             for line in job.lines:
                 grade = outcomes.get(line.nodeid, {}).get(job.judge_index)
-                if grade is not None and hasattr(grade, "score"):
+                if isinstance(grade, Grade):
                     scheduler.run_coro(job.judge._cache_write(line.key, grade))
     _save(jobs)
     if progress is not None:

@@ -65,7 +65,6 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .._checks import Answer
 from .._text import clip
@@ -1186,7 +1185,7 @@ def injection_reasons(text: str, given: str = "") -> list[str]:
     return reasons
 
 
-def given_text(prompt: str, context: Mapping[str, Any]) -> str:
+def given_text(prompt: str, context: Mapping[str, object]) -> str:
     """What the agent was given, for :func:`injection_reasons`: prompt, system, earlier turns."""
     parts = [prompt, str(context.get("system") or "")]
     turns = context.get("turns") or []

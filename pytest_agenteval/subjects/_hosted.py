@@ -56,9 +56,9 @@ import re
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypedDict, TypeVar
 
 from .._checks import ToolCall
 from .._providers import (
@@ -71,19 +71,21 @@ from .._providers import (
     Transport,
     token_usage,
 )
+from .._vocab import JSONObject
 from ..evidence._redact import Redactor
 from ..judges._base import ConfigError
 from ._base import Response, SubjectError
 
 if TYPE_CHECKING:
+    from .._mcp import ToolCaller
     from .._providers import AsyncAnthropic, AsyncOpenAI, ChatCompletion, Message
 
 __all__ = [
     "SUBJECT_ENV_ALLOWED",
     "AnthropicSubject",
     "CommandSubject",
+    "HostedSubject",
     "OpenAISubject",
-    "Subject",
     "SubjectConfigError",
     "make_subject",
     "subject_environment",
@@ -130,6 +132,8 @@ SUBJECT_ENV_ALLOWED = (
 _Json = Mapping[str, object]
 #: A scenario's tools, or its earlier turns.
 _Items = Sequence[_Json] | None
+#: A request's fields, as the SDK's ``create`` takes them.
+_Request = dict[str, object]
 
 _STDERR_TAIL = 500
 _SECRET_ASSIGNMENT = re.compile(
@@ -147,7 +151,7 @@ class SubjectConfigError(ConfigError, SubjectError):
     """
 
 
-class Subject(ABC):
+class HostedSubject(ABC):
     """An agent under test that is not a Python callable of the user's."""
 
     name: str
@@ -166,7 +170,7 @@ class Subject(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release what the subject holds (HTTP connections)."""
 
-    async def __aenter__(self) -> Subject:
+    async def __aenter__(self) -> HostedSubject:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -186,7 +190,7 @@ def make_subject(
     pass_env: Sequence[str] = (),
     retry_after_cap_s: float = 30.0,
     breaker_threshold: int = 5,
-) -> Subject | None:
+) -> HostedSubject | None:
     """The subject for ``openai:MODEL``, ``anthropic:MODEL`` or ``cmd:COMMAND``; else None.
 
     *base_url* applies to the providers; *timeout_s* is per HTTP attempt for them and the
@@ -230,7 +234,7 @@ def _turns(prompt: str, messages: _Items) -> list[_Json]:
     return turns
 
 
-def _turn_arguments(turn: _Json) -> dict[str, Any]:
+def _turn_arguments(turn: _Json) -> dict[str, object]:
     args = turn.get("arguments")
     return dict(args) if isinstance(args, Mapping) else {}
 
@@ -239,7 +243,7 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _function_of(tool: _Json) -> dict[str, Any] | None:
+def _function_of(tool: _Json) -> dict[str, object] | None:
     """``{name, description?, parameters?}`` of a tool in OpenAI, bare or Anthropic shape."""
     fn = tool.get("function")
     if isinstance(fn, Mapping) and fn.get("name"):
@@ -252,17 +256,29 @@ def _function_of(tool: _Json) -> dict[str, Any] | None:
     return None
 
 
-def _parse_arguments(raw: object) -> dict[str, Any]:
+def _parse_arguments(raw: object) -> dict[str, object]:
     """Tool-call arguments as a dict; text that is not a JSON object is kept as ``_raw``."""
     if isinstance(raw, Mapping):
         return dict(raw)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
+    if not isinstance(raw, str | bytes | bytearray):
+        return {"_raw": raw}
     try:
-        value = json.loads(raw)  # type: ignore[arg-type]  # str or bytes; else TypeError
-    except (TypeError, ValueError):
+        value = json.loads(raw)
+    except ValueError:
         return {"_raw": raw}
     return value if isinstance(value, dict) else {"_raw": raw}
+
+
+class _ToolOutcome(Protocol):
+    """A tool's result as the loop hands it back to the model."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def is_error(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -271,7 +287,11 @@ class _ToolText:
     is_error: bool = False
 
 
-async def _run_tool(call_tool: Any, name: str, arguments: dict[str, Any]) -> Any:
+async def _run_tool(
+    call_tool: Callable[[str, dict[str, object]], Awaitable[object]],
+    name: str,
+    arguments: dict[str, object],
+) -> _ToolOutcome:
     """One tool call of the loop: the result's ``text`` and ``is_error``.
 
     A :class:`~pytest_agenteval._mcp.ToolCaller` says whether the server flagged an
@@ -279,7 +299,8 @@ async def _run_tool(call_tool: Any, name: str, arguments: dict[str, Any]) -> Any
     """
     detailed = getattr(call_tool, "call", None)
     if callable(detailed):
-        return await detailed(name, arguments)
+        outcome: _ToolOutcome = await detailed(name, arguments)
+        return outcome
     return _ToolText(str(await call_tool(name, arguments)))
 
 
@@ -300,11 +321,12 @@ class _Answer:
     refusal: bool = False
 
 
-class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
+class _ProviderSubject(HostedSubject, Generic[ClientT, ReplyT]):
     """``openai:``/``anthropic:``: one request, one reply; the provider plumbing is the
     judges' (:class:`~pytest_agenteval._providers.Connection`)."""
 
-    connection_class: ClassVar[type[Connection[Any]]]
+    #: Set on each provider's class (a class attribute).
+    connection_class: type[Connection[ClientT]]
 
     def __init__(
         self, model: str, transport: Transport, *, base_url: str | None, max_tokens: int
@@ -332,11 +354,11 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
 
     @staticmethod
     @abstractmethod
-    def build_tools(tools: _Items) -> list[dict[str, Any]]:
+    def build_tools(tools: _Items) -> list[dict[str, object]]:
         """The scenario's tools in the provider's shape."""
 
     @abstractmethod
-    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> dict[str, Any]:
+    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> _Request:
         """The request's fields that carry the conversation and the answer's length."""
 
     def _request(
@@ -345,15 +367,15 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
         tools: _Items,
         turns: _Items,
         system: str | None,
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.model, **self._conversation(prompt, turns, system)}
+    ) -> _Request:
+        request: _Request = {"model": self.model, **self._conversation(prompt, turns, system)}
         api_tools = self.build_tools(tools)
         if api_tools:
             request["tools"] = api_tools
         return request
 
     @abstractmethod
-    async def _send(self, client: ClientT, request: dict[str, Any]) -> ReplyT: ...
+    async def _send(self, client: ClientT, request: _Request) -> ReplyT: ...
 
     @abstractmethod
     def _answer(self, reply: ReplyT) -> _Answer: ...
@@ -366,7 +388,7 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
         messages: _Items = None,
         system: str | None = None,
         scenario: _Json | None = None,
-        call_tool: Any = None,
+        call_tool: ToolCaller | None = None,
     ) -> Response:
         request = self._request(prompt, tools, messages, system)
         if call_tool is not None and getattr(call_tool, "names", None):
@@ -380,7 +402,7 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
             meta=self._meta(answer, latency),
         )
 
-    async def _ask(self, request: dict[str, Any]) -> tuple[ReplyT, float]:
+    async def _ask(self, request: _Request) -> tuple[ReplyT, float]:
         """One request to the provider: its reply and how long it took."""
         start = time.perf_counter()
         try:
@@ -395,8 +417,8 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
         prompt_tokens, completion_tokens = token_usage(self.conn.provider, answer.usage)
         return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
 
-    def _meta(self, answer: _Answer, latency: float) -> dict[str, Any]:
-        meta: dict[str, Any] = {
+    def _meta(self, answer: _Answer, latency: float) -> JSONObject:
+        meta: JSONObject = {
             "provider": self.provider,
             "model": self.model,
             "model_returned": answer.model,
@@ -412,16 +434,16 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
     # -- the tool loop (a condition's MCP servers)
 
     @abstractmethod
-    def _tool_uses(self, reply: ReplyT) -> list[tuple[str, str, dict[str, Any]]]:
+    def _tool_uses(self, reply: ReplyT) -> list[tuple[str, str, dict[str, object]]]:
         """The (id, name, arguments) of each tool call in *reply*, in order."""
 
     @abstractmethod
     def _continue(
-        self, request: dict[str, Any], reply: ReplyT, results: Sequence[tuple[str, Any]]
+        self, messages: list[object], reply: ReplyT, results: Sequence[tuple[str, _ToolOutcome]]
     ) -> None:
-        """Append *reply*'s turn and the tools' results (id, result) to *request*'s messages."""
+        """Append *reply*'s turn and the tools' results (id, result) to the *messages*."""
 
-    async def _tool_loop(self, request: dict[str, Any], call_tool: Any) -> Response:
+    async def _tool_loop(self, request: _Request, call_tool: ToolCaller) -> Response:
         """Ask, run the tools the model calls through *call_tool*, ask again: at most
         ``call_tool.max_steps`` model calls.
 
@@ -435,7 +457,11 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
         """
         max_steps = max(1, int(getattr(call_tool, "max_steps", 8) or 8))
         served = frozenset(call_tool.names)
-        request = {**request, "messages": list(request["messages"])}
+        sent = request["messages"]
+        if not isinstance(sent, list):
+            raise TypeError(f"request messages are {type(sent).__name__}, not a list")
+        messages: list[object] = list(sent)
+        request = {**request, "messages": messages}
         calls: list[ToolCall] = []
         tokens = [0, 0]
         latency = 0.0
@@ -463,7 +489,7 @@ class _ProviderSubject(Subject, Generic[ClientT, ReplyT]):
             results = [
                 (call_id, await _run_tool(call_tool, name, args)) for call_id, name, args in pending
             ]
-            self._continue(request, reply, results)
+            self._continue(messages, reply, results)
         meta = self._meta(answer, latency)
         meta["tool_loop"] = {"steps": steps, "max_steps": max_steps, "stopped": stopped}
         usage = {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}
@@ -476,9 +502,11 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
     connection_class = OpenAIConnection
 
     @staticmethod
-    def build_messages(prompt: str, messages: _Items, system: str | None) -> list[dict[str, Any]]:
+    def build_messages(
+        prompt: str, messages: _Items, system: str | None
+    ) -> list[dict[str, object]]:
         """System, the earlier turns (a tool turn = assistant ``tool_calls`` + ``tool``), prompt."""
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, object]] = []
         if system:
             out.append({"role": "system", "content": system})
         n = 0
@@ -512,8 +540,8 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
         return out
 
     @staticmethod
-    def build_tools(tools: _Items) -> list[dict[str, Any]]:
-        out = []
+    def build_tools(tools: _Items) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
         for tool in tools or ():
             if "type" in tool:
                 out.append(dict(tool))
@@ -524,14 +552,16 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
                 out.append({"type": "function", "function": fn})
         return out
 
-    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> dict[str, Any]:
+    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> _Request:
         return {
             "messages": self.build_messages(prompt, turns, system),
             "max_completion_tokens": self.max_tokens,
         }
 
-    async def _send(self, client: AsyncOpenAI, request: dict[str, Any]) -> ChatCompletion:
-        return await client.chat.completions.create(**request)
+    async def _send(self, client: AsyncOpenAI, request: _Request) -> ChatCompletion:
+        # the fields are the request's own (not streamed): the SDK's overloads are not picked
+        create: Callable[..., Awaitable[ChatCompletion]] = client.chat.completions.create
+        return await create(**request)
 
     def _answer(self, reply: ChatCompletion) -> _Answer:
         if not reply.choices:
@@ -562,7 +592,7 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
             refusal=bool(message.refusal),
         )
 
-    def _tool_uses(self, reply: ChatCompletion) -> list[tuple[str, str, dict[str, Any]]]:
+    def _tool_uses(self, reply: ChatCompletion) -> list[tuple[str, str, dict[str, object]]]:
         out = []
         for call in reply.choices[0].message.tool_calls or ():
             fn = getattr(call, "function", None)
@@ -574,12 +604,15 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
         return out
 
     def _continue(
-        self, request: dict[str, Any], reply: ChatCompletion, results: Sequence[tuple[str, Any]]
+        self,
+        messages: list[object],
+        reply: ChatCompletion,
+        results: Sequence[tuple[str, _ToolOutcome]],
     ) -> None:
         message = reply.choices[0].message
         sent = []
         for call in message.tool_calls or ():
-            fn: Any = getattr(call, "function", None)
+            fn = getattr(call, "function", None)
             if fn is not None:
                 sent.append(
                     {
@@ -588,13 +621,14 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
                         "function": {"name": fn.name, "arguments": fn.arguments},
                     }
                 )
-        request["messages"].append(
-            {"role": "assistant", "content": message.content, "tool_calls": sent}
-        )
+        messages.append({"role": "assistant", "content": message.content, "tool_calls": sent})
         for call_id, result in results:
-            request["messages"].append(
-                {"role": "tool", "tool_call_id": call_id, "content": result.text}
-            )
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": result.text})
+
+
+class _AnthropicMessage(TypedDict):
+    role: str
+    content: list[dict[str, object]]
 
 
 class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
@@ -603,14 +637,14 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
     connection_class = AnthropicConnection
 
     @staticmethod
-    def build_messages(prompt: str, messages: _Items) -> list[dict[str, Any]]:
+    def build_messages(prompt: str, messages: _Items) -> list[_AnthropicMessage]:
         """Earlier turns then the prompt, as content blocks; a tool turn = assistant
         ``tool_use`` + user ``tool_result``. Same-role neighbours are merged into one
         message (so a tool_result is always first in its user message) and empty text
         blocks are dropped (the API refuses them)."""
-        out: list[dict[str, Any]] = []
+        out: list[_AnthropicMessage] = []
 
-        def add(role: str, block: dict[str, Any]) -> None:
+        def add(role: str, block: dict[str, object]) -> None:
             if block["type"] == "text" and not block["text"]:
                 return
             if out and out[-1]["role"] == role:
@@ -642,9 +676,9 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
         return out
 
     @staticmethod
-    def build_tools(tools: _Items) -> list[dict[str, Any]]:
+    def build_tools(tools: _Items) -> list[dict[str, object]]:
         """OpenAI-shaped tools as Anthropic ``{name, description, input_schema}``."""
-        out = []
+        out: list[dict[str, object]] = []
         for tool in tools or ():
             if "input_schema" in tool and "name" in tool:
                 out.append(dict(tool))  # already Anthropic-shaped
@@ -652,17 +686,20 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
             fn = _function_of(tool)
             if fn is None:
                 raise SubjectError(f"tool without a function name: {sorted(tool)}")
-            converted: dict[str, Any] = {"name": fn["name"]}
+            converted: dict[str, object] = {"name": fn["name"]}
             if fn.get("description"):
                 converted["description"] = fn["description"]
-            converted["input_schema"] = dict(
-                fn.get("parameters") or {"type": "object", "properties": {}}
+            parameters = fn.get("parameters")
+            converted["input_schema"] = (
+                dict(parameters)
+                if isinstance(parameters, Mapping) and parameters
+                else {"type": "object", "properties": {}}
             )
             out.append(converted)
         return out
 
-    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> dict[str, Any]:
-        fields: dict[str, Any] = {
+    def _conversation(self, prompt: str, turns: _Items, system: str | None) -> _Request:
+        fields: _Request = {
             "max_tokens": self.max_tokens,
             "messages": self.build_messages(prompt, turns),
         }
@@ -670,8 +707,10 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
             fields["system"] = system
         return fields
 
-    async def _send(self, client: AsyncAnthropic, request: dict[str, Any]) -> Message:
-        return await client.messages.create(**request)
+    async def _send(self, client: AsyncAnthropic, request: _Request) -> Message:
+        # the fields are the request's own (not streamed): the SDK's overloads are not picked
+        create: Callable[..., Awaitable[Message]] = client.messages.create
+        return await create(**request)
 
     def _answer(self, reply: Message) -> _Answer:
         texts: list[str] = []
@@ -686,7 +725,7 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
             "".join(texts), tuple(calls), reply.usage, reply.model, stop, stop == "refusal"
         )
 
-    def _tool_uses(self, reply: Message) -> list[tuple[str, str, dict[str, Any]]]:
+    def _tool_uses(self, reply: Message) -> list[tuple[str, str, dict[str, object]]]:
         return [
             (block.id, str(block.name), _parse_arguments(block.input))
             for block in reply.content or ()
@@ -694,9 +733,9 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
         ]
 
     def _continue(
-        self, request: dict[str, Any], reply: Message, results: Sequence[tuple[str, Any]]
+        self, messages: list[object], reply: Message, results: Sequence[tuple[str, _ToolOutcome]]
     ) -> None:
-        blocks: list[dict[str, Any]] = []
+        blocks: list[dict[str, object]] = []
         for block in reply.content or ():
             if block.type == "text":
                 if block.text:  # the API refuses empty text blocks
@@ -707,8 +746,8 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
                 )
             else:  # thinking and the like go back as they came
                 blocks.append(block.model_dump(mode="json", exclude_none=True))
-        request["messages"].append({"role": "assistant", "content": blocks})
-        request["messages"].append(
+        messages.append({"role": "assistant", "content": blocks})
+        messages.append(
             {
                 "role": "user",
                 "content": [
@@ -774,7 +813,7 @@ def subject_environment(environ: Mapping[str, str], pass_env: Sequence[str] = ()
     }
 
 
-class CommandSubject(Subject):
+class CommandSubject(HostedSubject):
     """``cmd:COMMAND`` — the prompt on stdin, the answer on stdout."""
 
     def __init__(

@@ -22,7 +22,19 @@ import importlib
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+Tool = TypeVar("Tool", bound=Callable[..., object])
+
+
+class Server(Protocol):
+    """What this script uses of ``FastMCP`` (mcp 1.x) and ``MCPServer`` (mcp 2.x)."""
+
+    def tool(self) -> Callable[[Tool], Tool]: ...
+
+    def run(self, transport: str = ..., **options: object) -> None: ...
+
 
 POLICIES = {
     "refunds": "Refunds are possible within 30 days of purchase, with the receipt.",
@@ -48,9 +60,9 @@ def main() -> None:
     if args.hang:
         time.sleep(3600)
 
-    server: Any
+    server: Server
     try:
-        module: Any = importlib.import_module("mcp.server.mcpserver")  # mcp >= 2
+        module = importlib.import_module("mcp.server.mcpserver")  # mcp >= 2
     except ImportError:  # mcp 1.x
         module = importlib.import_module("mcp.server.fastmcp")
         kwargs = {"host": "127.0.0.1", "port": args.http} if args.http else {}
