@@ -118,6 +118,10 @@ class RunPlugin:
             # plain JSON types only: execnet cannot send -2**40 or a datetime, and the
             # evidence cannot hold NaN or 2**70 (kept as strings, noted in "converted")
             report.agenteval = json_safe_record(payload)  # type: ignore[attr-defined]
+            # the report carries it now, and pytest keeps every item to the end of the session
+            item.payload = None
+            if isinstance(item, ScenarioItem):
+                item.run = None
         return report
 
     def pytest_report_teststatus(

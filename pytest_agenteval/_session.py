@@ -1101,12 +1101,12 @@ class AgentevalState:
             elif report.failed and report.when in ("setup", "call"):
                 self.other_failures += 1
             return
-        self._ingest(payload)
+        lean = self._ingest(payload)
         if not self.is_worker:  # a worker's report still goes to the controller whole
             # pytest keeps every report to the end of the session: keep the lean copy there
-            report.agenteval = lean_record(payload)  # type: ignore[attr-defined]
+            report.agenteval = lean  # type: ignore[attr-defined]
 
-    def _ingest(self, payload: dict[str, Any]) -> None:
+    def _ingest(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Take one item's record: the tree's leaves, the evidence chain."""
         self._learn_origin(payload.pop("subject_origin", None))
         # for the manifest (xdist: from a worker; read, not popped: a worker's own pass
@@ -1118,7 +1118,7 @@ class AgentevalState:
             self.reported.add(payload["nodeid"])
         if payload.get("kind") == "calibration":
             self._record_calibration(payload)
-            return
+            return payload
         key = (payload["family_root"], payload["preset"], payload.get("condition") or "")
         bucket = self.collected.setdefault(
             key,
@@ -1140,6 +1140,7 @@ class AgentevalState:
             result
         )
         bucket.records[payload["nodeid"]] = lean
+        return lean
 
     def _account_for_missing(self, interrupted: bool) -> None:
         """Every collected item gets an outcome: those without one become errors."""

@@ -384,7 +384,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from ._pairwise_run import configure as configure_pairwise
 
         configure_pairwise(config, state)  # --pairwise=A,B: comparison items, its own run
-    if config.pluginmanager.hasplugin("html"):  # pytest-html: score, verdict, gate, reasoning
+    # pytest-html: score, verdict, gate, reasoning; only when it writes a report (--html)
+    if config.pluginmanager.hasplugin("html") and getattr(config.option, "htmlpath", None):
         from .reports._pytest_html import register_html
 
         register_html(config, state)
