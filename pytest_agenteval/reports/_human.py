@@ -130,25 +130,29 @@ def _deep_clean(model: _Model, redact: Redact | None = None) -> _Model:
 
 def shown_record(record: ReportRecord) -> ReportRecord:
     """The part of *record* the session's reports show: what the evidence keeps beside it
-    (the judges' grades and raw exchanges, tool calls, timings and cost) left out, so that
-    redacting and cleaning a record for the report costs little."""
-    result = record.result
-    meta = result.meta
-    shown_meta = ResultMeta.model_validate(
-        {name: getattr(meta, name) for name in _SHOWN_META if name in meta.model_fields_set}
-    )
+    (the judges' raw exchanges, tool calls, MCP calls) left out, so that redacting and
+    cleaning a record for the report costs little. Cost and timings stay (the reports total
+    them), and so do the children (samples, a panel's judges) with the same few meta fields:
+    a flag raised by one judge of a panel shows in the report too."""
     return record.model_copy(
         update={
             "tool_calls": [],
-            "cost": None,
-            "timings": None,
             "converted": None,
             "replay": None,
             "mcp_calls": None,
             "tool_loop": None,
-            "result": result.model_copy(update={"children": [], "meta": shown_meta}),
+            "result": _shown_result(record.result),
         }
     )
+
+
+def _shown_result(result: ResultRecord) -> ResultRecord:
+    meta = result.meta
+    shown_meta = ResultMeta.model_validate(
+        {name: getattr(meta, name) for name in _SHOWN_META if name in meta.model_fields_set}
+    )
+    children = [_shown_result(child) for child in result.children]
+    return result.model_copy(update={"children": children, "meta": shown_meta})
 
 
 _SHOWN_META = (
@@ -161,6 +165,8 @@ _SHOWN_META = (
     "pattern",
     "injection_suspected",  # shown in both reports: a steered grade is never a silent pass
     "injection_reasons",
+    "usage",  # the judge's tokens, totalled in the reports
+    "cost",
 )
 
 
