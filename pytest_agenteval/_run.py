@@ -370,11 +370,14 @@ async def run_scenario(
     judge_costs: list[Cost] = []
 
     async def one(judge: Any, request: GradeRequest = request) -> EvalResult:
-        async with limiter:
-            # a judge asked nothing (every criterion has a check) costs nothing
-            asks = any(c.check is None for c in request.criteria) or not request.criteria
+        # a judge asked nothing (every criterion has a check) costs nothing, and the
+        # deterministic one calls no provider: neither waits for a slot behind the
+        # calls started ahead for later items
+        asks = any(c.check is None for c in request.criteria) or not request.criteria
+        calls = asks and not is_deterministic(judge)
+        async with limiter if calls else NO_LIMIT:
             try:
-                if getattr(judge, "billable", True) and asks and not is_deterministic(judge):
+                if getattr(judge, "billable", True) and calls:
                     budget.check()
             except BudgetExceeded as exc:
                 return EvalResult(

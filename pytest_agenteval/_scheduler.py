@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ._collect import ScenarioItem
 
 T = TypeVar("T")
+_WAKE_S = 0.5
 
 
 class _Interrupted(AgentevalError):
@@ -86,8 +87,15 @@ class Scheduler:
         return asyncio.run_coroutine_threadsafe(_guarded(coro), self._ensure_loop())
 
     def wait(self, future: concurrent.futures.Future[T]) -> T:
-        """Block the main thread for *future*; Ctrl-C here cancels what is pending."""
+        """Block the main thread for *future*; Ctrl-C here cancels what is pending.
+
+        The wait wakes twice a second: a signal the OS hands to another thread (the
+        loop's, a subject's) does not interrupt a blocked lock, and Python runs the
+        handler (Ctrl-C, SIGTERM) only once the main thread wakes.
+        """
         try:
+            while not future.done():
+                concurrent.futures.wait((future,), timeout=_WAKE_S)
             return future.result()
         except _Interrupted as exc:
             self.cancel_pending()

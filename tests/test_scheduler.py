@@ -285,3 +285,37 @@ def test_run_coro_hands_back_a_value_and_an_exception_as_raised(
     with pytest.raises(LookupError, match="nope"):
         scheduler.run_coro(boom())
     assert scheduler.run_coro(value()) == 42  # the loop survives an exception
+
+
+def test_an_offline_grade_does_not_wait_behind_calls_started_ahead(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    """Item 0 answers at once; items 1-3 hold every slot until released. The rules judge
+    calls no provider, so item 0's grade comes back while they are still in flight."""
+    release = threading.Event()
+    threading.Timer(10, release.set).start()  # only so that a regression cannot hang
+
+    async def hold(i: int) -> None:
+        if i == 0:  # answer once items 1 and 2 hold the other slots and item 3 waits for one
+            while not {1, 2} <= set(agent.started):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            return
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+
+    agent = Agent()
+
+    async def blocking(prompt: str) -> str:
+        i = index_of(prompt)
+        agent.started.append(i)
+        await hold(i)
+        agent.finished.append(i)
+        return f"answer {i}"
+
+    scheduler = make_scheduler(3)
+    run = scheduler.run(items[0], blocking, [RulesJudge()], items[1:])
+    finished_when_graded = list(agent.finished)
+    release.set()
+    assert run.result.key == "s00"
+    assert finished_when_graded == [0]  # items 1-3 were still holding the slots
