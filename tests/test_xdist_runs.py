@@ -16,7 +16,13 @@ from demo_family import SUBJECT
 from pytest_agenteval._vocab import JSONValue
 from pytest_agenteval.evidence._chain import is_seal, verify_run
 
-WORKERS = pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+# execnet gateways as for remote hosts (--tx ssh=HOST//python=... in the README), here two
+# local processes: the run must give the serial run's numbers however it is spread
+WORKERS = pytest.mark.parametrize(
+    "workers",
+    [[], ["-n", "2"], ["--dist", "load", "--tx", "2*popen"]],
+    ids=["serial", "xdist", "tx-popen"],
+)
 
 
 def the_run(pytester: pytest.Pytester) -> Path:
