@@ -72,7 +72,9 @@ _M = TypeVar("_M", bound="_Open")
 class _Open(BaseModel):
     """An object that names its fields and tolerates new ones."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # protected_namespaces=(): record fields such as ``model_requested`` are the
+    # evidence's names; pydantic before 2.10 would warn about the ``model_`` prefix.
+    model_config = ConfigDict(extra="allow", populate_by_name=True, protected_namespaces=())
 
     @classmethod
     def from_json(cls: type[_M], data: Mapping[str, object]) -> _M:

@@ -679,6 +679,10 @@ def _scrub(message: str) -> str:
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
     """What PyYAML found wrong, in its words, without repeating the file's text."""
     problem = exc.problem or "invalid YAML"
+    if "maximum nesting depth" in problem:
+        # newer libyaml builds (PyYAML 6.0.4) stop at their own depth limit while
+        # scanning, before the reader's 64-level check sees the events
+        return _TOO_DEEP
     if "could not determine a constructor" in problem:
         python = "tag:yaml.org,2002:python/" in problem
         return "tag not allowed in benchmark files" + (" (!!python/…)" if python else "")

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from demo_family import make_demo
 from fakellm import FakeLLMServer, RecordedRequest, Reply
 
 
@@ -58,15 +57,6 @@ def grader(
     return handle
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, fake_llm: FakeLLMServer) -> FakeLLMServer:
-    monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.openai_base_url)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_llm.anthropic_base_url)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    return fake_llm
-
-
 def records(pytester: pytest.Pytester) -> list[dict[str, Any]]:
     (found,) = (pytester.path / ".agenteval").rglob("results.jsonl")
     lines = [json.loads(line) for line in found.read_text().splitlines()]
@@ -76,21 +66,6 @@ def records(pytester: pytest.Pytester) -> list[dict[str, Any]]:
 def run_file(pytester: pytest.Pytester, name: str) -> Path:
     (found,) = (pytester.path / ".agenteval").rglob(name)
     return found
-
-
-@pytest.fixture
-def judged(pytester: pytest.Pytester) -> pytest.Pytester:
-    """The demo family with every ``check`` removed: each criterion is the LLM judge's.
-
-    (A criterion with a check is decided by its check whatever the judge; these
-    tests are about the LLM path itself.)
-    """
-    make_demo(pytester)
-    for path in (pytester.path / "demo").glob("*.yaml"):
-        text = re.sub(r"\n\s+check: \{[^\n]*\}", "", path.read_text())
-        path.write_text(re.sub(r", check: \{[^{}]*\}", "", text))
-    assert "check" not in "".join(p.read_text() for p in (pytester.path / "demo").glob("*.yaml"))
-    return pytester
 
 
 def test_judge_from_environment_variable(

@@ -19,8 +19,6 @@ from pytest_agenteval._session import lean_record
 from pytest_agenteval.evidence._chain import verify_run
 from pytest_agenteval.evidence._run_dir import PROMPTS_DIR, PromptStore
 
-pytest_plugins = ["test_llm_e2e"]  # its fixtures: env, judged
-
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_the_judge_system_prompt_is_stored_once_and_says_what_the_judge_saw(
