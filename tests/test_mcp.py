@@ -623,6 +623,10 @@ def agenteval_subject():
 """
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_servers_are_closed_on_interrupt(pytester: pytest.Pytester, sig: signal.Signals) -> None:
@@ -640,6 +644,9 @@ def test_servers_are_closed_on_interrupt(pytester: pytest.Pytester, sig: signal.
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        # as from a terminal: a CI runner that starts the suite as a background job
+        # hands down SIGINT ignored, and Python then leaves Ctrl-C ignored too
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 60
