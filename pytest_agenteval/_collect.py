@@ -248,7 +248,7 @@ class SubjectItem(pytest.Function):
             if getattr(exc, "argname", None) != "agenteval_subject":
                 raise
             # a usage error, said once: stop after this item; nothing was called,
-            # so there is no tree and no run directory (see RunPlugin.pytest_sessionfinish)
+            # so there is no tree and no run directory (see AggregatorHooks.pytest_sessionfinish)
             state.stop_reason = "no subject"
             self.session.shouldstop = "agenteval: no subject (see the error above)"
             raise ItemError(NO_SUBJECT) from None

@@ -479,9 +479,8 @@ class PairwiseRun:
         """As for benchmark runs: no subject (a usage error, said once), or only collection
         errors, leave no run directory."""
         state = self.state
-        return state.stop_reason == "no subject" or bool(
-            state.collection_errors and not self.reported
-        )
+        errors = state.aggregator.collection_errors if state.aggregator is not None else 0
+        return state.stop_reason == "no subject" or bool(errors and not self.reported)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -17,7 +17,7 @@ the process's :class:`~pytest_agenteval._session.AgentevalState` as ``state.pr``
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -31,9 +31,10 @@ from ._suites import ScenarioInfo, SuiteReport, score_suites
 from ._vocab import JSONObject
 
 if TYPE_CHECKING:
+    from ._aggregator import Collected, FamilyOutcome
     from ._evals import EvalResult
     from ._family import Family, Plan
-    from ._session import AgentevalState, Collected, FamilyOutcome
+    from ._session import AgentevalState
 
 _CONFIG_FILES = ("pyproject.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
@@ -340,11 +341,13 @@ class PullRequestCheck:
         except OSError:
             return  # the job summary is a convenience; the run's outcome stands
 
-    def locations(self) -> dict[tuple[str, str], tuple[str, int | None]]:
+    def locations(
+        self, outcomes: Sequence[FamilyOutcome]
+    ) -> dict[tuple[str, str], tuple[str, int | None]]:
         """(family, scenario id) -> repository-relative file and line, for files in the repository."""
         root = repo_root(Path(self.state.config.rootpath))
         out: dict[tuple[str, str], tuple[str, int | None]] = {}
-        for outcome in self.state.outcomes:
+        for outcome in outcomes:
             family = outcome.plan.family
             for art in family.articles:
                 try:
@@ -355,7 +358,7 @@ class PullRequestCheck:
                     out[(family.name, sid)] = (rel, line)
         return out
 
-    def write_annotations(self, tr: _Lines) -> None:
+    def write_annotations(self, tr: _Lines, outcomes: Sequence[FamilyOutcome]) -> None:
         """``::error`` lines for the runner (``GITHUB_ACTIONS=true``)."""
         from ._model import RunSummary
         from .reports._github import error_annotations
@@ -363,7 +366,7 @@ class PullRequestCheck:
         if os.environ.get("GITHUB_ACTIONS") != "true" or not self.summaries:
             return
         summaries = [RunSummary.from_json(s) for s in self.summaries]
-        for line in error_annotations(summaries, self.locations()):
+        for line in error_annotations(summaries, self.locations(outcomes)):
             tr.write_line(self.state.redactor.text(line))
 
 

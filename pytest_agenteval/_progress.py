@@ -312,10 +312,12 @@ class Progress:
 
     def total(self) -> int:
         """Items of ours in the run: collected here, or announced by the xdist workers."""
-        state = self.state
-        if state.expected or state.expected_other:
-            return len(state.expected) + len(state.expected_other)
-        ids = state.expected_ids
+        seen = self.state.aggregator
+        if seen is None:  # an xdist worker shows no progress line of its own
+            return 0
+        if seen.expected or seen.expected_other:
+            return len(seen.expected) + len(seen.expected_other)
+        ids = seen.expected_ids
         if len(ids) != self._total_ids:  # recounted only when workers announce more
             self._total_ids = len(ids)
             self._total = sum(1 for i in ids if i.split("::", 1)[0].endswith(_SUFFIXES))

@@ -1,12 +1,18 @@
 """The hooks of a benchmark or calibration run, registered only when one is asked for.
 
 ``plugin.py`` decides in ``pytest_configure`` whether this process runs
-agent benchmarks at all; only then is :class:`RunPlugin` registered, so a
-plain ``pytest`` in a project that merely has the plugin installed never
-imports pydantic, YAML or a provider SDK. Each hook delegates to the
-process's :class:`~pytest_agenteval._session.AgentevalState` (in
-``config.stash``): under xdist the worker grades, the controller aggregates,
-and every report reaches the controller's ``pytest_runtest_logreport``.
+agent benchmarks at all; only then does :func:`register_roles` register the
+hooks of this process's roles, so a plain ``pytest`` in a project that merely
+has the plugin installed never imports pydantic, YAML or a provider SDK.
+
+* :class:`GraderHooks` (an xdist worker, or a serial run) build the judges and
+  the subject, grade each item and put its record on the item's report;
+* :class:`AggregatorHooks` (the xdist controller, or a serial run) hand every
+  report to the :class:`~pytest_agenteval._aggregator.Aggregator`, which
+  writes the evidence and decides the gate at the end of the session.
+
+Both read the run's shared :class:`~pytest_agenteval._session.AgentevalState`
+(in ``config.stash``).
 """
 
 from __future__ import annotations
@@ -23,18 +29,17 @@ from ._golden_items import CalibrationItem
 from .evidence._chain import json_safe_record
 
 if TYPE_CHECKING:
+    from ._aggregator import Aggregator
     from ._session import AgentevalState
 
 SUBJECT_FIXTURE = "agenteval_subject"
 
 
-class RunPlugin:
-    """Hooks of one pytest process taking part in an agenteval run."""
+class GraderHooks:
+    """Hooks of the process that grades: an xdist worker, or a serial run."""
 
     def __init__(self, state: AgentevalState) -> None:
         self.state = state
-
-    # ---------------------------------------------------------------- collection
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Build judges and subjects once collection found benchmark items.
@@ -43,7 +48,6 @@ class RunPlugin:
         item runs, and SDK imports happen at start-up, not during the first item.
         """
         items = [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
-        self.state.expect_items(items)
         if items:
             self.state.judges()
             from .judges._batch import check_items
@@ -56,27 +60,6 @@ class RunPlugin:
             self.state.spec_subject()
         if getattr(self.state, "replay", None) is None:  # replayed answers call no tool
             self.state.start_mcp(items)  # a server that does not start: usage error, now
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Under xdist, before the workers start: the controller checks the MCP servers."""
-        if (
-            not self.state.is_worker
-            and session.config.pluginmanager.hasplugin("dsession")
-            and getattr(self.state, "replay", None) is None
-        ):
-            self.state.probe_mcp()
-
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        if report.failed:
-            self.state.collection_errors += 1
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        """The controller learns which items a worker will run (to account for lost ones)."""
-        self.state.expect_ids(ids)
-
-    # ---------------------------------------------------------------- grading
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -124,6 +107,35 @@ class RunPlugin:
                 item.run = None
         return report
 
+
+class AggregatorHooks:
+    """Hooks of the process where results meet: the xdist controller, or a serial run."""
+
+    def __init__(self, state: AgentevalState, aggregator: Aggregator) -> None:
+        self.state = state
+        self.aggregator = aggregator
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Under xdist, before the workers start: the controller checks the MCP servers."""
+        if session.config.pluginmanager.hasplugin("dsession") and self.state.replay is None:
+            self.state.probe_mcp()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """A serial run: the items to account for (a controller learns them from workers)."""
+        self.aggregator.expect_items(
+            [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
+        )
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.aggregator.collection_errors += 1
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """The controller learns which items a worker will run (to account for lost ones)."""
+        self.aggregator.expect_ids(ids)
+
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
@@ -137,34 +149,57 @@ class RunPlugin:
             return "warned", "W", ("WARN", {"yellow": True})
         return None
 
-    # ---------------------------------------------------------------- aggregation
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.state.record(report)
+        self.aggregator.record(report)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.state.stop_reason == "no subject" and not self.state.is_worker:
+        if self.state.stop_reason == "no subject":
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
-        if self.state.is_worker or not self.state.has_work():
+        if not self.aggregator.has_work():
             return
-        self.state.finish(session, exitstatus)
-        session.exitstatus = self.state.exitstatus(session.exitstatus)
+        self.aggregator.finish(session, exitstatus)
+        session.exitstatus = self.aggregator.exitstatus(session.exitstatus)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from ._text import SafeTerminal
         from .reports._terminal import write_calibration, write_condition_comparison, write_summary
 
         terminalreporter = SafeTerminal(terminalreporter)
-        if self.state.outcomes:
-            write_summary(terminalreporter, self.state)
-            write_condition_comparison(terminalreporter, self.state)
-        if self.state.calibration_outcomes:
-            write_calibration(terminalreporter, self.state)
+        cwd = Path(self.state.config.invocation_params.dir)
+        outcomes = self.aggregator.outcomes
+        if outcomes:
+            write_summary(terminalreporter, outcomes, judge_label=self.state.judge_label(), cwd=cwd)
+            # ::error lines for GitHub Actions (GITHUB_ACTIONS=true)
+            self.state.pr.write_annotations(terminalreporter, outcomes)
+            write_condition_comparison(terminalreporter, outcomes)
+        if self.aggregator.calibration_outcomes:
+            write_calibration(terminalreporter, self.aggregator.calibration_outcomes, cwd=cwd)
 
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.state.close()
+
+def register_roles(config: pytest.Config, state: AgentevalState) -> Aggregator | None:
+    """Register the hooks of this process's roles; its aggregator, where it has one.
+
+    As in pytest-xdist (``WorkerInteractor`` grades, ``DSession`` gathers): a
+    worker grades, the controller aggregates, a serial run does both.
+    """
+    from ._aggregator import Aggregator
+
+    config.add_cleanup(state.close)
+    # where xdist registers its DSession: this process then collects and runs nothing
+    controller = (
+        not state.is_worker
+        and config.getoption("dist", "no") != "no"
+        and not config.option.collectonly
+    )
+    if not controller:
+        config.pluginmanager.register(GraderHooks(state), "agenteval-grader")
+    if state.is_worker:
+        return None
+    aggregator = Aggregator(state)
+    config.pluginmanager.register(AggregatorHooks(state, aggregator), "agenteval-aggregator")
+    return aggregator
 
 
 def _where(func: Any, config: pytest.Config) -> str:
@@ -182,4 +217,4 @@ def _where(func: Any, config: pytest.Config) -> str:
     return f"{shown}:{line}"
 
 
-__all__ = ["SUBJECT_FIXTURE", "RunPlugin"]
+__all__ = ["SUBJECT_FIXTURE", "AggregatorHooks", "GraderHooks", "register_roles"]

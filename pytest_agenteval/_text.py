@@ -40,6 +40,7 @@ __all__ = [
     "clean_text",
     "clip",
     "gfm_cell",
+    "last_line",
     "named",
     "terminal_safe",
     "truncate",
@@ -157,6 +158,12 @@ def gfm_cell(text: object) -> str:
 
 #: How many ids :func:`named` lists before "and N more".
 NAMED_LIMIT = 10
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of *text* (an exception's own line, below its traceback)."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
 
 
 def named(ids: Sequence[str], limit: int = NAMED_LIMIT) -> str:

@@ -368,12 +368,12 @@ def pytest_configure(config: pytest.Config) -> None:
                 "(--bench=FAMILY or its folder)"
             )
         return  # a plain pytest run: nothing of ours is imported or registered
-    from ._roles import RunPlugin
+    from ._roles import register_roles
     from ._session import AgentevalState
 
     state = AgentevalState(config)
     config.stash[STATE] = state
-    config.pluginmanager.register(RunPlugin(state), "agenteval-run")
+    state.aggregator = register_roles(config, state)
     from ._progress import ProgressPlugin
     from .judges._batch import check_options
 

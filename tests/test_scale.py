@@ -15,7 +15,7 @@ import pytest
 from fakellm import FakeLLMServer
 from test_llm_e2e import grader, records, run_file
 
-from pytest_agenteval._session import lean_record
+from pytest_agenteval._aggregator import lean_record
 from pytest_agenteval.evidence._chain import verify_run
 from pytest_agenteval.evidence._run_dir import PROMPTS_DIR, PromptStore
 

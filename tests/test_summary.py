@@ -15,12 +15,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from pytest_agenteval._aggregator import Collected, FamilyOutcome
 from pytest_agenteval._calibration import calibration_cost, calibration_report, calibration_summary
 from pytest_agenteval._evals import EvalResult
 from pytest_agenteval._family import Plan, build_tree, load_family, resolve_plan
 from pytest_agenteval._gate import decide_gate
 from pytest_agenteval._model import SCHEMA_DIR
-from pytest_agenteval._session import Collected, FamilyOutcome
 from pytest_agenteval._vocab import JSONObject, JSONValue, Verdict, band_verdict
 from pytest_agenteval.evidence._run_dir import summary_dict
 

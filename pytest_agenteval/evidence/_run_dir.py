@@ -38,7 +38,8 @@ from ._chain import (
 )
 
 if TYPE_CHECKING:
-    from .._session import AgentevalState, FamilyOutcome
+    from .._aggregator import FamilyOutcome
+    from .._session import AgentevalState
     from ._redact import Redactor
 
 #: Parts of one item's grade (a panel's judges, per-criterion grades, samples):

@@ -958,8 +958,12 @@ def _jobs(state: AgentevalState, items: Sequence[CalibrationItem]) -> list[Job]:
         by_family.setdefault(str(item.family.root), []).append(item)
     jobs: list[Job] = []
     for root, family_items in by_family.items():
-        recorder = state.calibration_bucket(root, subject).recorder
-        if recorder is None:  # the controller's bucket always has one
+        # --judge-batch is refused under xdist: this serial run aggregates too
+        aggregator = state.aggregator
+        recorder = (
+            None if aggregator is None else aggregator.calibration_bucket(root, subject).recorder
+        )
+        if recorder is None:
             raise RuntimeError(f"--judge-batch: no run directory for {root}")
         for k, judge in enumerate(judges):
             if not _batchable(judge):

@@ -133,7 +133,8 @@ class HtmlExtras:
         """The gate of each family, above the table (decided before pytest-html writes)."""
         from .._compare import comparison_text
 
-        for outcome in self.state.outcomes:
+        aggregator = self.state.aggregator
+        for outcome in aggregator.outcomes if aggregator is not None else ():
             gate = outcome.gate
             name = outcome.plan.family.name + (
                 f" · {outcome.bucket.condition}" if outcome.bucket.condition else ""

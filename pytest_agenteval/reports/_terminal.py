@@ -13,9 +13,9 @@ from .._text import clip, named, terminal_safe
 from .._vocab import format_score
 
 if TYPE_CHECKING:
+    from .._aggregator import CalibrationOutcome, FamilyOutcome
     from .._collect import ScenarioItem
     from .._family import Plan
-    from .._session import AgentevalState, FamilyOutcome
     from .._stats import ReliabilityDoc
 
 
@@ -75,12 +75,15 @@ def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
     return rows
 
 
-def write_summary(tr: Terminal, state: AgentevalState) -> None:
-    for outcome in state.outcomes:
+def write_summary(
+    tr: Terminal, outcomes: Sequence[FamilyOutcome], *, judge_label: str, cwd: Path
+) -> None:
+    """Each family's tree, gate and run directory, as the run ends."""
+    for outcome in outcomes:
         plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
         cond = f" · condition {outcome.bucket.condition}" if outcome.bucket.condition else ""
         tr.write_sep("=", f"agenteval: {plan.family.name} · preset {plan.preset}{cond}")
-        tr.write_line(f"subject: {outcome.bucket.subject}    judge: {state.judge_label()}")
+        tr.write_line(f"subject: {outcome.bucket.subject}    judge: {judge_label}")
         if tree is None:
             tr.write_line("nothing was graded")
         else:
@@ -127,11 +130,10 @@ def write_summary(tr: Terminal, state: AgentevalState) -> None:
         else:
             tr.write_line("gate: FAILED — " + "; ".join(gate.reasons), red=True, bold=True)
         if outcome.run_dir is not None:
-            where = _shown(outcome.run_dir, state)
+            where = _shown(outcome.run_dir, cwd)
             tr.write_line(f"run directory: {where}")
             tr.write_line(f"evidence chain head: {outcome.head}")
             tr.write_line(f"  check it: agenteval verify {where} --expect-head {outcome.head}")
-    state.pr.write_annotations(tr)  # ::error lines for GitHub Actions (GITHUB_ACTIONS=true)
 
 
 def _spread(node: EvalResult) -> ReliabilityDoc | None:
@@ -197,12 +199,12 @@ def _write_pr_check(tr: Terminal, pr: dict[str, Any]) -> None:
         tr.write_line(f"baseline: {pr['baseline_note']}", yellow=True)
 
 
-def write_condition_comparison(tr: Terminal, state: AgentevalState) -> None:
+def write_condition_comparison(tr: Terminal, outcomes: Sequence[FamilyOutcome]) -> None:
     """Per family with several conditions: one line of their scores, then a table per
     pillar (and overall) of each condition's score, mean and interval, and its paired
     difference to the first condition (see :func:`._conditions.compare_conditions`)."""
     by_family: dict[str, list[FamilyOutcome]] = {}
-    for outcome in state.outcomes:
+    for outcome in outcomes:
         if outcome.bucket.condition:
             by_family.setdefault(outcome.plan.family.name, []).append(outcome)
     for family, outcomes in by_family.items():
@@ -319,8 +321,8 @@ def _with_ci(value: float | None, ci: Sequence[float | None] | None, digits: int
 _CAL_GATE = {"pass": ("PASS", "green"), "insufficient": ("INSUFFICIENT DATA", "yellow")}
 
 
-def write_calibration(tr: Terminal, state: AgentevalState) -> None:
-    for outcome in state.calibration_outcomes:
+def write_calibration(tr: Terminal, outcomes: Sequence[CalibrationOutcome], *, cwd: Path) -> None:
+    for outcome in outcomes:
         report = CalibrationReport.from_json(outcome.report)
         gate_all = report.gate
         on = " (lower bound of the 95% interval)" if gate_all.on == "lower" else ""
@@ -408,7 +410,7 @@ def write_calibration(tr: Terminal, state: AgentevalState) -> None:
         else:
             tr.write_line("calibration gate: FAILED — " + shown, red=True, bold=True)
         if outcome.run_dir is not None:
-            tr.write_line(f"run directory: {_shown(outcome.run_dir, state)}")
+            tr.write_line(f"run directory: {_shown(outcome.run_dir, cwd)}")
             tr.write_line(f"evidence chain head: {outcome.head}")
 
 
@@ -468,10 +470,10 @@ def _write_cache_line(tr: Terminal, records: Sequence[Mapping[str, object]]) -> 
         )
 
 
-def _shown(path: Path, state: AgentevalState) -> str:
+def _shown(path: Path, cwd: Path) -> str:
     """The run directory relative to where pytest was started, when it is below it."""
     try:
-        return str(path.relative_to(state.config.invocation_params.dir))
+        return str(path.relative_to(cwd))
     except ValueError:
         return str(path)
 

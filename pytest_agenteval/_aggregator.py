@@ -1,0 +1,642 @@
+"""The aggregator: one per run, where results meet (the xdist controller, or a serial run).
+
+It sees every item's report (``pytest_runtest_logreport``), keeps the lean
+record in memory and the whole one in the evidence as it arrives, accounts
+for items that never reported (a crashed worker, ``-x``, Ctrl-C), and at the
+end builds the trees, decides the gates and writes each run directory. Its
+counterpart is :class:`~pytest_agenteval._grader.Grader`, which produces the
+records; both read the run's shared
+:class:`~pytest_agenteval._session.AgentevalState` (families, plans, settings).
+Like pytest-xdist's ``DSession``, it exists only in the process that
+aggregates: an xdist worker has none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ._collect import NO_SUBJECT, ScenarioItem
+from ._compat import is_agenteval_dir
+from ._evals import EvalResult
+from ._family import Family, Plan, build_tree, is_family_dir
+from ._gate import GateOutcome, decide_gate
+from ._replay import ReplayLog
+from ._session import ItemRef, ref_of
+from ._text import last_line
+from ._vocab import SpecError
+from .evidence._run_dir import RunRecorder
+
+if TYPE_CHECKING:
+    from ._calibration import CalibrationReportDoc, CalibrationSummaryDoc
+    from ._session import AgentevalState
+
+
+@dataclass
+class Collected:
+    """Results of one family × preset, as they arrive on the controller."""
+
+    family_root: str
+    preset: str
+    single_file: bool
+    subject: str
+    leaves: dict[str, dict[int, EvalResult]] = field(default_factory=dict)  # id -> sample -> result
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recorder: RunRecorder | None = None
+    condition: str | None = None
+
+
+@dataclass
+class FamilyOutcome:
+    """One family's result at the end of the session."""
+
+    plan: Plan
+    tree: EvalResult | None
+    gate: GateOutcome
+    bucket: Collected
+    run_dir: Path | None = None
+    run_id: str = ""
+    head: str = ""
+    started_at: str = ""
+    #: summary.json keys of the pull-request check: suites, baseline, regression, comparison
+    pr: dict[str, Any] = field(default_factory=dict)
+    #: with several conditions: each pillar's scores and the paired test against the first
+    conditions_comparison: dict[str, Any] | None = None
+
+
+@dataclass
+class CalibrationBucket:
+    """Calibration rows of one family as they arrive on the controller."""
+
+    family_root: str
+    preset: str
+    single_file: bool
+    subject: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    recorder: RunRecorder | None = None
+    # entries the family cannot grade (unknown article or scenario): counted, kept
+    # in the evidence, never in the metrics
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CalibrationOutcome:
+    family: str
+    report: CalibrationReportDoc
+    bucket: CalibrationBucket
+    run_dir: Path | None = None
+    head: str = ""
+
+
+#: What only the evidence needs: the judge's full request and raw reply (kilobytes per
+#: item, written to results.jsonl as each item arrives, then dropped from memory).
+_EVIDENCE_ONLY_META = frozenset({"request", "raw_response", "parsed"})
+
+
+def lean_record(payload: dict[str, Any]) -> dict[str, Any]:
+    """*payload* without the fields only the evidence keeps, for what the run holds in memory."""
+    result = payload.get("result")
+    if not isinstance(result, dict):
+        return payload
+    lean = dict(payload)
+    lean["result"] = _lean_node(result)
+    judge_meta = payload.get("judge_meta")
+    if isinstance(judge_meta, dict):
+        lean["judge_meta"] = {k: v for k, v in judge_meta.items() if k not in _EVIDENCE_ONLY_META}
+    return lean
+
+
+def _lean_node(node: dict[str, Any]) -> dict[str, Any]:
+    meta, children = node.get("meta"), node.get("children")
+    if not (isinstance(meta, dict) and _EVIDENCE_ONLY_META & meta.keys()) and not children:
+        return node
+    node = dict(node)
+    if isinstance(meta, dict):
+        node["meta"] = {k: v for k, v in meta.items() if k not in _EVIDENCE_ONLY_META}
+    if isinstance(children, list):
+        node["children"] = [_lean_node(c) if isinstance(c, dict) else c for c in children]
+    return node
+
+
+def _merge_thresholds(base: Any, spec: Any) -> Any:
+    from ._calibration import Thresholds
+
+    return Thresholds(
+        kappa=base.kappa if spec.kappa is None else float(spec.kappa),
+        accuracy=base.accuracy if spec.accuracy is None else float(spec.accuracy),
+        max_evaluation_failures=base.max_evaluation_failures,
+    )
+
+
+def _note_replay(gate: GateOutcome, bucket: Collected, replay: ReplayLog) -> None:
+    """Say on the gate how much of the preset the replay covered (skips are not evidence)."""
+    records = list(bucket.records.values())
+    missing = sum(1 for r in records if (r.get("result") or {}).get("meta", {}).get("not_replayed"))
+    graded = len(records) - missing
+    note = f"replay {replay.shown}: {graded} of {len(records)} items graded from recorded answers"
+    if missing:
+        note += (
+            f"; {missing} not replayed (no recorded answer: skipped, not graded), so the gate "
+            "judged the replayed scenarios only"
+        )
+    gate.notes.append(note)
+
+
+class Aggregator:
+    """Results of one run as they arrive; trees, gates and run directories at the end."""
+
+    def __init__(self, run: AgentevalState) -> None:
+        self.run = run
+        self.collected: dict[tuple[str, str, str], Collected] = {}
+        self.outcomes: list[FamilyOutcome] = []
+        self.calibration: dict[str, CalibrationBucket] = {}
+        self.calibration_outcomes: list[CalibrationOutcome] = []
+        self.other_failures = 0
+        self.collection_errors = 0
+        # items collected here (serial) or announced by xdist workers (controller)
+        self.expected: dict[str, ItemRef] = {}
+        self.expected_other: set[str] = set()
+        self.expected_ids: set[str] = set()
+        self.reported: set[str] = set()
+        self._id_index: dict[str, dict[str, ItemRef]] | None = None
+
+    def expect_items(self, items: list[Any]) -> None:
+        """The items this process collected (serial run, or a worker)."""
+        for item in items:
+            if isinstance(item, ScenarioItem):
+                self.expected[item.nodeid] = ref_of(item)
+            else:
+                self.expected_other.add(item.nodeid)
+
+    def expect_ids(self, ids: list[str]) -> None:
+        """The node ids an xdist worker collected (the controller collects nothing itself)."""
+        self.expected_ids.update(ids)
+        # the golden files those items come from, for the manifest the controller writes
+        root = Path(self.run.config.rootpath)
+        for rel in sorted({i.split("::", 1)[0] for i in ids if ".jsonl::" in i}):
+            self._learn_golden_file(root / rel)
+
+    def _learn_golden_file(self, path: Path) -> None:
+        from ._golden import load_golden
+
+        if self.run.knows_golden_file(path):
+            return
+        try:
+            family = self.run.family_for_golden(path, load_golden(path).entries)
+        except (SpecError, ValueError, OSError):
+            return  # the worker that collected it reported the problem
+        self.run.note_golden_file(family, path)
+
+    def has_work(self) -> bool:
+        """Is there a run to account for? Not when collection failed and nothing ran:
+        the collection errors (file and line) are the whole story then."""
+        if self.run.config.option.collectonly or (self.collection_errors and not self.reported):
+            return False
+        return bool(self.collected or self.calibration or self.expected or self.expected_ids)
+
+    def _compare_conditions(self, trees: dict[Any, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+        """Family × preset -> the comparison of its conditions (two or more), the first
+        declared condition the reference."""
+        from ._conditions import compare_conditions, scores_of
+
+        order = [c.name for c in self.run.conditions]
+        groups: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        for (root, preset, condition), tree in trees.items():
+            if condition:
+                groups.setdefault((root, preset), []).append((condition, tree))
+        out = {}
+        for key, members in groups.items():
+            if len(members) < 2 or all(tree is None or tree.score is None for _, tree in members):
+                continue  # nothing graded (a run stopped before any item): nothing to compare
+            members.sort(key=lambda m: order.index(m[0]) if m[0] in order else len(order))
+            out[key] = compare_conditions([scores_of(name, tree) for name, tree in members])
+        return out
+
+    def record(self, report: pytest.TestReport) -> None:
+        payload = getattr(report, "agenteval", None)
+        if not isinstance(payload, dict):
+            if report.failed and NO_SUBJECT in (report.longreprtext or ""):
+                self.run.stop_reason = "no subject"  # a usage error: no evidence to keep
+                return
+            lost = report.failed and report.when not in ("setup", "call", "teardown")
+            ref = self._ref_for(report.nodeid) if report.failed else None
+            if ref is not None and report.nodeid not in self.reported:
+                # an item of ours that failed without a grade: xdist's report of a
+                # crashed worker (when "???"), or a setup failure on an old worker
+                why = (
+                    "the worker running this item crashed (killed or segfaulted) before it "
+                    "reported a grade"
+                    if lost
+                    else f"errored before a grade: {last_line(report.longreprtext)}"
+                )
+                self._ingest(self.run.error_payload(ref, why, self.run.subject_name()))
+            elif report.failed and report.when in ("setup", "call"):
+                self.other_failures += 1
+            return
+        lean = self._ingest(payload)
+        # pytest keeps every report to the end of the session: keep the lean copy there
+        report.agenteval = lean  # type: ignore[attr-defined]
+
+    def _ingest(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Take one item's record: the tree's leaves, the evidence chain."""
+        self.run.learn_origin(payload.pop("subject_origin", None))
+        # for the manifest (xdist: from a worker; read, not popped: a worker's own pass
+        # over its report must leave the key for the controller)
+        servers = payload.get("mcp_servers")
+        if servers and payload.get("condition"):
+            self.run.mcp_reported.setdefault(str(payload["condition"]), servers)
+        if payload.get("nodeid"):
+            self.reported.add(payload["nodeid"])
+        if payload.get("kind") == "calibration":
+            self._record_calibration(payload)
+            return payload
+        key = (payload["family_root"], payload["preset"], payload.get("condition") or "")
+        bucket = self.collected.setdefault(
+            key,
+            Collected(
+                payload["family_root"],
+                payload["preset"],
+                payload["single_file"],
+                payload["subject"],
+                condition=payload.get("condition"),
+            ),
+        )
+        if bucket.recorder is None:
+            bucket.recorder = RunRecorder(self.run, bucket, self._plan_for(bucket))
+        bucket.recorder.add(payload)  # the evidence keeps everything
+        lean = lean_record(payload)
+        result = EvalResult.from_dict(lean["result"])
+        bucket.leaves.setdefault(payload["scenario_id"], {})[int(payload.get("sample") or 0)] = (
+            result
+        )
+        bucket.records[payload["nodeid"]] = lean
+        return lean
+
+    def _account_for_missing(self, interrupted: bool) -> None:
+        """Every collected item gets an outcome: those without one become errors."""
+        if self.run.stop_reason:
+            why = f"not evaluated: the run stopped ({self.run.stop_reason})"
+        elif interrupted:
+            why = "not evaluated: the run was interrupted or stopped (-x, Ctrl-C) before it ran"
+        else:
+            why = "not evaluated: no result for this item reached pytest (lost item)"
+        wanted = (set(self.expected) | self.expected_ids) - self.expected_other - self.reported
+        for nodeid in sorted(wanted):
+            ref = self._ref_for(nodeid)
+            if ref is not None:
+                self._ingest(self.run.error_payload(ref, why, self.run.subject_name()))
+
+    def _ref_for(self, nodeid: str) -> ItemRef | None:
+        """The item behind *nodeid*: known directly (serial), else matched to a family file.
+
+        Under xdist the controller collects nothing; it matches the node id's
+        file part against the article files of the families of this run.
+        """
+        if nodeid in self.expected:
+            return self.expected[nodeid]
+        if nodeid not in self.expected_ids:
+            return None
+        if self._id_index is None:
+            self._id_index = self._build_id_index()
+        path_part, _, name = nodeid.partition("::")
+        for tail, refs in self._id_index.items():
+            if path_part == tail or path_part.endswith("/" + tail):
+                ref = refs.get(name)
+                if ref is not None:
+                    return replace(ref, nodeid=nodeid)
+        return None
+
+    def _build_id_index(self) -> dict[str, dict[str, ItemRef]]:
+        """``family-folder/article.yaml`` -> item name -> ItemRef, for the run's families."""
+        from ._collect import _suffix
+
+        index: dict[str, dict[str, ItemRef]] = {}
+        base = Path(self.run.config.invocation_params.dir)
+        for arg in self.run.config.args:
+            path = (base / str(arg).split("::", 1)[0]).resolve()
+            with contextlib.suppress(SpecError, ValueError, OSError):
+                if is_family_dir(path) or is_agenteval_dir(path):
+                    self.run.family(path)
+                elif path.suffix in (".yaml", ".yml") and is_family_dir(path.parent):
+                    self.run.family(path.parent)
+                elif path.suffix in (".yaml", ".yml") and path.name != "benchmark.yaml":
+                    self.run.single_family(path)
+        families = self.run.loaded_families()
+        for family in families:
+            try:
+                plan = self.run.plan(family)
+            except pytest.UsageError:
+                continue
+            for article in family.articles:
+                if family.single_file:
+                    tail, root = article.path.name, str(article.path)
+                else:
+                    rel = article.path.relative_to(family.root).as_posix()
+                    tail, root = f"{family.root.name}/{rel}", str(family.root)
+                refs = index.setdefault(tail, {})
+                for scenario in article.scenarios:
+                    for condition in self.run.conditions or [None]:
+                        for sample in range(plan.samples):
+                            name = scenario.id + _suffix(condition, sample, plan.samples)
+                            refs[name] = ItemRef(
+                                nodeid="",
+                                family_root=root,
+                                single_file=family.single_file,
+                                preset=plan.preset,
+                                scenario_id=scenario.id,
+                                sample=sample,
+                                condition=condition.name if condition else None,
+                            )
+        return index
+
+    def _plan_for(self, bucket: Collected) -> Plan:
+        root = Path(bucket.family_root)
+        family = self.run.single_family(root) if bucket.single_file else self.run.family(root)
+        return self.run.plan(family)
+
+    def _record_calibration(self, payload: dict[str, Any]) -> None:
+        bucket = self.calibration_bucket(payload["family_root"], payload["subject"])
+        (bucket.skipped if payload.get("skip_reason") else bucket.rows).append(payload)
+        if bucket.recorder is not None:
+            bucket.recorder.add(payload)
+
+    def calibration_bucket(self, family_root: str, subject: str) -> CalibrationBucket:
+        """One family's calibration run; on the controller its run directory exists from now
+        on (batch judging creates it before any item runs, to keep the batch's state)."""
+        bucket = self.calibration.get(family_root)
+        if bucket is None:
+            bucket = self.calibration[family_root] = CalibrationBucket(
+                family_root, self.run.preset or "standard", False, subject
+            )
+        if bucket.recorder is None:
+            family = self.run.family(Path(family_root))
+            files = sorted({r for r in self.run.golden_files(family)})
+            bucket.recorder = RunRecorder(
+                self.run, bucket, self.run.plan(family), extra_files=files
+            )
+        return bucket
+
+    def finish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Build trees, write run directories, decide the gate (controller only)."""
+        from .evidence._run_dir import summary_dict
+
+        interrupted = bool(session.shouldstop or session.shouldfail) or exitstatus in (
+            pytest.ExitCode.INTERRUPTED,
+            pytest.ExitCode.USAGE_ERROR,
+            pytest.ExitCode.INTERNAL_ERROR,
+        )
+        self._account_for_missing(interrupted)
+        trees = {
+            key: build_tree(
+                self._plan_for(bucket),
+                {sid: [r for _, r in sorted(runs.items())] for sid, runs in bucket.leaves.items()},
+            )
+            for key, bucket in self.collected.items()
+        }
+        comparisons = self._compare_conditions(trees)
+        for key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
+            plan = self._plan_for(bucket)
+            tree = trees[key]
+            terms = self.run.pr.family_terms(plan, tree, bucket)
+            gate = decide_gate(
+                plan,
+                tree,
+                interrupted=interrupted,
+                suites=terms.suites,
+                regression=terms.comparison.regression if terms.comparison else None,
+                baseline_label=terms.baseline_label,
+            )
+            if self.run.replay is not None:
+                _note_replay(gate, bucket, self.run.replay)
+            outcome = FamilyOutcome(plan, tree, gate, bucket, pr=terms.fields)
+            outcome.conditions_comparison = comparisons.get(key[:2]) if key[2] else None
+            self.outcomes.append(outcome)
+            recorder = bucket.recorder
+            if recorder is None:
+                continue
+            outcome.run_dir, outcome.run_id = recorder.run_dir, recorder.run_id
+            outcome.started_at = recorder.started_at
+            outcome.head = recorder.writer.head
+            ended = datetime.now(timezone.utc)
+            summary = summary_dict(outcome, self.run.judge_specs or ["rules"], ended)
+            recorder.write_json("summary.json", summary)
+            self._write_reports(recorder, plan, bucket, summary, interrupted)
+            # the same number the gate names: items with no grade (errors, lost, not run)
+            not_evaluated = tree.counts()["error"] if tree is not None else 0
+            outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
+            self.run.pr.after_run(outcome, summary, interrupted)
+        self.run.pr.write_job_summary()
+        for cal in self.calibration.values():
+            self.calibration_outcomes.append(self._finish_calibration(cal, interrupted))
+
+    def _write_reports(
+        self,
+        recorder: RunRecorder,
+        plan: Plan,
+        bucket: Collected,
+        summary: dict[str, Any],
+        interrupted: bool,
+    ) -> None:
+        from pydantic import ValidationError
+
+        from . import __version__
+        from ._model import ReportRecord, RunHeader, RunSummary, SourceLocation
+        from ._prcheck import bundled_location, repo_root
+        from .evidence._chain import json_safe_record
+        from .evidence._run_dir import report_records
+        from .reports._human import render_html, render_markdown, shown_record
+        from .reports._junit import junit_xml
+        from .reports._sarif import sarif_json
+
+        records = []
+        for payload in report_records(
+            plan, list(bucket.records.values()), repo_root(Path(self.run.config.rootpath))
+        ):
+            try:
+                records.append(ReportRecord.from_json(payload))
+            except ValidationError:  # a value JSON cannot hold (an agent's own object)
+                # made JSON-safe as the evidence keeps it; only then: the walk costs ~0.1 ms
+                records.append(ReportRecord.from_json(json_safe_record(payload)))
+        run_summary = RunSummary.from_json(summary)
+        # where a bundled family's findings show in code scanning (its files are not in
+        # the repository): the pytest configuration that runs it
+        bundled = bundled_location(self.run.config, plan.family.name)
+        run = RunHeader(
+            family=plan.family.name,
+            preset=plan.preset,
+            run_id=run_summary.run_id,
+            started_at=run_summary.started_at,
+            ended_at=run_summary.ended_at,
+            gate_passed=run_summary.gate.passed,
+            score=run_summary.score,
+            verdict=run_summary.verdict,
+            tool_version=__version__,
+            subject=bucket.subject,
+            completed=not interrupted,
+            interrupted=interrupted,
+            bundled_location=None if bundled is None else SourceLocation.from_json(bundled),
+        )
+        redact = self.run.redactor.text
+        recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
+        recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
+        shown = [shown_record(r) for r in records]
+        self._write_human_reports(
+            recorder,
+            render_markdown(run_summary, shown, redact=redact),
+            render_html(run_summary, shown, redact=redact),
+        )
+
+    def _write_human_reports(self, recorder: RunRecorder, md: str, html: str) -> None:
+        """report.md and report.html, redacted once more as whole texts."""
+        recorder.write_bytes(
+            "report.md", self.run.redactor.text(md).encode("utf-8", "backslashreplace")
+        )
+        recorder.write_bytes(
+            "report.html", self.run.redactor.text(html).encode("utf-8", "backslashreplace")
+        )
+
+    def _finish_calibration(
+        self, bucket: CalibrationBucket, interrupted: bool
+    ) -> CalibrationOutcome:
+        from . import __version__
+        from ._calibration import (
+            calibration_cost,
+            calibration_report,
+            calibration_summary,
+            default_thresholds,
+            judge_lineage,
+        )
+        from ._golden import triage_summary
+        from .evidence._run_dir import judge_prompt_lineage, rfc3339
+
+        family = self.run.family(Path(bucket.family_root))
+        preset_name = self.run.preset or "standard"
+        default = default_thresholds(preset_name)
+        preset = family.spec.presets.get(preset_name.split("+")[0])
+        if preset is not None and preset.calibration is not None:
+            default = _merge_thresholds(default, preset.calibration)
+        per_pillar = {
+            p.key: _merge_thresholds(default, p.calibration)
+            for p in family.spec.pillars
+            if p.calibration is not None
+        }
+        report = calibration_report(
+            bucket.rows,
+            split=self.run.calibration_split,
+            thresholds=per_pillar,
+            default=default,
+            min_n=self.run.calibration_min_n,
+            gate_on=self.run.calibration_gate_on,
+        )
+        report["family"] = family.name
+        report["judge"] = self.run.judge_specs or ["rules"]
+        report["preset_thresholds"] = preset_name
+        triaged = triage_summary([*bucket.rows, *bucket.skipped])  # skips, prompt mismatches
+        report["skipped"] = triaged["skipped"]
+        report["prompt_mismatch"] = triaged["prompt_mismatch"]
+        skipped = sum(1 for r in bucket.rows if r["verdict"] == "skipped")
+        if skipped:
+            report["not_gradable"] = skipped
+        if interrupted:
+            report["gate"]["passed"] = False
+            report["gate"]["status"] = "fail"
+            report["gate"]["reasons"].append("the run was interrupted")
+        outcome = CalibrationOutcome(family.name, report, bucket)
+        recorder = bucket.recorder
+        if recorder is not None:
+            plan = self.run.plan(family)
+            report["lineage"] = {
+                **judge_lineage(bucket.rows, self.run.judge_descriptions()),
+                "judge_prompt": judge_prompt_lineage(plan),
+                "golden_files": self._golden_lineage(family, bucket.rows),
+            }
+            recorder.write_json("calibration.json", report)
+            summary = calibration_summary(
+                report,
+                [*bucket.rows, *bucket.skipped],  # every item: skipped entries count as skipped
+                run_id=recorder.run_id,
+                family=family.name,
+                family_version=family.spec.version,
+                preset=f"calibration ({preset_name} thresholds)",
+                subject=bucket.subject,
+                judges=report["judge"],
+                bands={"pass": plan.root_bands.pass_, "warn": plan.root_bands.warn},
+                cost=calibration_cost(bucket.rows, self.run.rates),
+                chain_head=recorder.writer.head,
+                started_at=recorder.started_at,
+                ended_at=rfc3339(datetime.now(timezone.utc)),
+                plugin_version=__version__,
+            )
+            recorder.write_json("summary.json", summary)
+            self._write_calibration_reports(recorder, summary, report)
+            outcome.run_dir, outcome.head = recorder.run_dir, recorder.writer.head
+            outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=0)
+        return outcome
+
+    def _golden_lineage(self, family: Family, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each golden file graded: where it is (rootdir-relative when inside), SHA-256, entries."""
+        import hashlib
+
+        root = Path(self.run.config.rootpath).resolve()
+        entries: dict[str, set[str]] = {}
+        for r in rows:
+            entries.setdefault(str(r.get("file")), set()).add(str(r["id"]))
+        out = []
+        for path in sorted(self.run.golden_files(family)):
+            resolved = path.resolve()
+            shown = (
+                resolved.relative_to(root).as_posix()
+                if resolved.is_relative_to(root)
+                else f"golden/{family.name}/{path.name}"
+            )
+            out.append(
+                {
+                    "path": shown,
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                    "entries": len(entries.get(path.name, ())),
+                }
+            )
+        return out
+
+    def _write_calibration_reports(
+        self,
+        recorder: RunRecorder,
+        summary: CalibrationSummaryDoc,
+        report: CalibrationReportDoc,
+    ) -> None:
+        """report.md and report.html of a calibration run: its own report, not a benchmark's."""
+        from ._model import CalibrationReport, RunSummary
+        from .reports._human import render_calibration_html, render_calibration_markdown
+
+        run_summary = RunSummary.from_json(summary)
+        calibration = CalibrationReport.from_json(report)
+        redact = self.run.redactor.text
+        self._write_human_reports(
+            recorder,
+            render_calibration_markdown(run_summary, calibration, redact=redact),
+            render_calibration_html(run_summary, calibration, redact=redact),
+        )
+
+    def exitstatus(self, current: int | pytest.ExitCode) -> int | pytest.ExitCode:
+        """The gate decides for agenteval items; other tests keep pytest's rule.
+
+        Scenario FAILs are pytest failures, so pytest would exit 1 whenever one
+        scenario failed. For a benchmark the gate is the contract: exit 0 when
+        every gate passed and nothing but scenario failures went red; exit 1
+        when any gate failed, even if no single item did.
+        """
+        if not (self.outcomes or self.calibration_outcomes) or current not in (
+            pytest.ExitCode.OK,
+            pytest.ExitCode.TESTS_FAILED,
+        ):
+            return current
+        if any(not o.gate.passed for o in self.outcomes) or any(
+            not c.report["gate"]["passed"] for c in self.calibration_outcomes
+        ):
+            return pytest.ExitCode.TESTS_FAILED
+        return pytest.ExitCode.TESTS_FAILED if self.other_failures else pytest.ExitCode.OK
