@@ -26,6 +26,7 @@ from ._compat import is_agenteval_dir
 from ._evals import EvalResult
 from ._family import Family, Plan, build_tree, is_family_dir
 from ._gate import GateOutcome, decide_gate
+from ._grader import error_record
 from ._replay import ReplayLog
 from ._session import ItemRef, ref_of
 from ._text import last_line
@@ -234,7 +235,7 @@ class Aggregator:
                     if lost
                     else f"errored before a grade: {last_line(report.longreprtext)}"
                 )
-                self._ingest(self.run.error_payload(ref, why, self.run.subject_name()))
+                self._ingest(error_record(self.run, ref, why, self.run.subject_name()))
             elif report.failed and report.when in ("setup", "call"):
                 self.other_failures += 1
             return
@@ -289,7 +290,7 @@ class Aggregator:
         for nodeid in sorted(wanted):
             ref = self._ref_for(nodeid)
             if ref is not None:
-                self._ingest(self.run.error_payload(ref, why, self.run.subject_name()))
+                self._ingest(error_record(self.run, ref, why, self.run.subject_name()))
 
     def _ref_for(self, nodeid: str) -> ItemRef | None:
         """The item behind *nodeid*: known directly (serial), else matched to a family file.

@@ -307,7 +307,10 @@ class ScenarioItem(SubjectItem):
         return self.scenario.severity or self.article.meta.severity
 
     def setup(self) -> None:
-        _state(self).grade(self, self.subject_fixture())
+        grader = _state(self).grader
+        if grader is None:  # an xdist controller runs no items
+            raise RuntimeError(f"{self.nodeid}: this process does not grade")
+        grader.grade(self, self.subject_fixture())
 
     def runtest(self) -> None:
         result = self.run.result

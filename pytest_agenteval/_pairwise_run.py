@@ -34,6 +34,7 @@ import pytest
 from . import _settings as settings
 from ._collect import SubjectItem
 from ._family import Article, Family, Plan
+from ._grader import setup_error_text
 from ._pairwise import (
     DEFAULT_SWAP_SHARE,
     ComparisonParts,
@@ -304,7 +305,7 @@ class PairwiseRun:
         """Both answers and the judge's preference for *item* (calls for the next items start)."""
         pair = self._pair(fixture_value)
         future = self.tasks.pop(item.nodeid, None) or self._spawn(item, pair)
-        if not self.needs_fixture or self.state._subject_shared:
+        if not self.needs_fixture or self.state.subject_shared:
             ahead = 0
             for nxt in upcoming_items(item, 4 * self.state.scheduler.window):
                 if ahead >= self.state.scheduler.window:
@@ -376,7 +377,7 @@ class PairwiseRun:
         if not isinstance(item, PairwiseItem) or self._nothing_to_record():
             return report
         if call.when == "setup" and call.excinfo is not None and report.failed:
-            message = self.state.setup_error_text(item, call.excinfo)
+            message = setup_error_text(self.state, call.excinfo)
             report.longrepr = message
             if item.payload is None:
                 item.payload = self.error_payload(item, message)

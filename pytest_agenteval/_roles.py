@@ -26,10 +26,12 @@ import pytest
 
 from ._collect import ScenarioItem, no_subject
 from ._golden_items import CalibrationItem
+from ._grader import setup_error_text
 from .evidence._chain import json_safe_record
 
 if TYPE_CHECKING:
     from ._aggregator import Aggregator
+    from ._grader import Grader
     from ._session import AgentevalState
 
 SUBJECT_FIXTURE = "agenteval_subject"
@@ -38,8 +40,9 @@ SUBJECT_FIXTURE = "agenteval_subject"
 class GraderHooks:
     """Hooks of the process that grades: an xdist worker, or a serial run."""
 
-    def __init__(self, state: AgentevalState) -> None:
+    def __init__(self, state: AgentevalState, grader: Grader) -> None:
         self.state = state
+        self.grader = grader
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Build judges and subjects once collection found benchmark items.
@@ -90,10 +93,10 @@ class GraderHooks:
         if not isinstance(item, (ScenarioItem, CalibrationItem)):
             return report
         if call.when == "setup" and call.excinfo is not None and report.failed:
-            message = self.state.setup_error_text(item, call.excinfo)
+            message = setup_error_text(self.state, call.excinfo)
             report.longrepr = message
             if isinstance(item, ScenarioItem) and item.payload is None and not no_subject(message):
-                item.payload = self.state.error_payload_for(item, message)
+                item.payload = self.grader.error_payload_for(item, message)
         payload = getattr(item, "payload", None)
         if payload is not None and (
             call.when == "call" or (call.when == "setup" and not report.passed)
@@ -178,13 +181,14 @@ class AggregatorHooks:
             write_calibration(terminalreporter, self.aggregator.calibration_outcomes, cwd=cwd)
 
 
-def register_roles(config: pytest.Config, state: AgentevalState) -> Aggregator | None:
-    """Register the hooks of this process's roles; its aggregator, where it has one.
+def register_roles(config: pytest.Config, state: AgentevalState) -> None:
+    """Register the hooks of this process's roles; set ``state.grader`` and ``state.aggregator``.
 
     As in pytest-xdist (``WorkerInteractor`` grades, ``DSession`` gathers): a
     worker grades, the controller aggregates, a serial run does both.
     """
     from ._aggregator import Aggregator
+    from ._grader import Grader
 
     config.add_cleanup(state.close)
     # where xdist registers its DSession: this process then collects and runs nothing
@@ -194,12 +198,13 @@ def register_roles(config: pytest.Config, state: AgentevalState) -> Aggregator |
         and not config.option.collectonly
     )
     if not controller:
-        config.pluginmanager.register(GraderHooks(state), "agenteval-grader")
-    if state.is_worker:
-        return None
-    aggregator = Aggregator(state)
-    config.pluginmanager.register(AggregatorHooks(state, aggregator), "agenteval-aggregator")
-    return aggregator
+        state.grader = Grader(state)
+        config.pluginmanager.register(GraderHooks(state, state.grader), "agenteval-grader")
+    if not state.is_worker:
+        state.aggregator = Aggregator(state)
+        config.pluginmanager.register(
+            AggregatorHooks(state, state.aggregator), "agenteval-aggregator"
+        )
 
 
 def _where(func: Any, config: pytest.Config) -> str:

@@ -26,7 +26,6 @@ from . import _settings as settings
 from ._collect import ScenarioItem
 from ._compat import is_agenteval_dir
 from ._cost import DEFAULT_RATES, Budget, parse_rates
-from ._evals import EvalResult
 from ._family import (
     Family,
     Plan,
@@ -37,18 +36,15 @@ from ._family import (
     resolve_plan,
 )
 from ._replay import ReplayLog
-from ._scheduler import Scheduler, upcoming_items
-from ._text import last_line, terminal_safe
-from ._tracebacks import describe_exception
+from ._scheduler import Scheduler
 from ._vocab import SEVERITIES, ItemError, SpecError
 from .evidence._redact import Redactor
-from .judges._base import ConfigError, Judge
+from .judges._base import Judge
 from .subjects._base import describe
-
-PAYLOAD_VERSION = 1
 
 if TYPE_CHECKING:
     from ._aggregator import Aggregator
+    from ._grader import Grader
 
 
 def bundled_roots() -> list[Path]:
@@ -196,18 +192,6 @@ def _settings_dict(settings: Any) -> dict[str, Any] | None:
     return {k: getattr(settings, k) for k in keep if hasattr(settings, k)}
 
 
-def _replayed(replay: ReplayLog | None, items: list[Any]) -> list[Any]:
-    """Of the items to start ahead, those with a recorded answer (all, without --replay)."""
-    if replay is None:
-        return items
-    return [i for i in items if not isinstance(i, ScenarioItem) or _recorded_for(replay, i)]
-
-
-def _recorded_for(replay: ReplayLog, item: ScenarioItem) -> Any:
-    cond = item.condition.name if item.condition else None
-    return replay.lookup(item.scenario.id, cond, item.sample)
-
-
 class AgentevalState:
     """State of one pytest process for the agenteval plugin."""
 
@@ -236,7 +220,7 @@ class AgentevalState:
         # limits of the run, not of each process: -n 4 must not send four times as many
         concurrency, budget = run.per_worker(workers)
         self.scheduler = Scheduler(concurrency, Budget(budget), self.rates)
-        self._subject_shared = False
+        self.subject_shared = False
         self._markers: set[str] = set()
         self.started_at = datetime.now(timezone.utc)
         self.redactor = Redactor.from_environ()
@@ -262,8 +246,9 @@ class AgentevalState:
 
         # --baseline resolved and verified now, before any subject or judge is called
         self.pr = PullRequestCheck(self)
-        # the run's aggregator where this process has one (a serial run, the xdist
-        # controller; set by _roles.register_roles), None on an xdist worker
+        # this process's roles (_roles.register_roles): a serial run has both, an
+        # xdist worker only the grader, the controller only the aggregator
+        self.grader: Grader | None = None
         self.aggregator: Aggregator | None = None
         # --replay read and checked against the run's families now, before any judge call
         self.replay = self._replay(config)
@@ -579,14 +564,14 @@ class AgentevalState:
         """The subject built from ``--subject`` (once per process)."""
         if self._subject is None and self.replay is not None:  # recorded answers: no call
             self._subject, self._subject_name = self.replay.subject(), self.replay.label()
-            self._subject_shared = True
+            self.subject_shared = True
         if self._subject is None:
             spec = str(self.subject_spec)
             subject = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
             if subject is None:
                 raise pytest.UsageError(f"--subject {spec!r}: no subject of that kind")
             self._subject, self._subject_name = subject, spec
-            self._subject_shared = True
+            self.subject_shared = True
         return self._subject
 
     def note_subject_fixture(self, *, scope: str, where: str) -> None:
@@ -596,7 +581,7 @@ class AgentevalState:
         cannot be started ahead for later items: one call is in flight at a
         time. That is said once, in one line, with what to write instead.
         """
-        self._subject_shared = scope == "session"
+        self.subject_shared = scope == "session"
         self.learn_origin(
             {"kind": "fixture", "fixture": "agenteval_subject", "where": where, "scope": scope}
         )
@@ -746,160 +731,7 @@ class AgentevalState:
                 lines.append(line)
         return lines
 
-    def _not_replayed(self, item: ScenarioItem) -> Any:
-        """A skipped run for an item the replay file has no answer for (None otherwise)."""
-        if self.replay is None or _recorded_for(self.replay, item) is not None:
-            return None
-        from ._replay import not_replayed_reason
-        from ._run import ScenarioRun
-        from ._run import _leaf_meta as leaf_meta
-
-        cond = item.condition.name if item.condition else None
-        reason = not_replayed_reason(self.replay, item.scenario.id, cond, item.sample)
-        result = EvalResult(
-            key=item.scenario.id,
-            name=item.scenario.id,
-            score=None,
-            verdict="skipped",
-            kind="scenario",
-            weight=float(item.scenario.weight),
-            reasoning=reason,
-            meta={**leaf_meta(item.family, item.article, item.scenario), "not_replayed": True},
-        )
-        return ScenarioRun(result, None, (), {}, None, None)
-
-    def _replay_field(self, item: ScenarioItem) -> dict[str, Any]:
-        """``replay``: the file and line a replayed item's answer came from."""
-        if self.replay is None:
-            return {}
-        rec = _recorded_for(self.replay, item)
-        where = {"file": self.replay.shown, "sha256": self.replay.sha256}
-        return {"replay": {**where, "line": rec.line if rec is not None else None}}
-
-    def grade(self, item: ScenarioItem, fixture_value: Any = None) -> None:
-        subject = self.subject_for(item, fixture_value)
-        judges = self.judges()
-        upcoming = upcoming_items(item, 4 * self.scheduler.window) if self._subject_shared else []
-        try:
-            run = self._not_replayed(item) or self.scheduler.run(
-                item, subject, judges, _replayed(self.replay, upcoming)
-            )
-        except ConfigError as exc:
-            self.scheduler.cancel_pending()  # clients close in close(), on this loop
-            self.stop_reason = f"configuration error: {exc}"
-            pytest.exit(
-                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
-            )
-        item.run = run
-        result = run.result
-        item.payload = self._payload(item, run)
-        if result.score is not None:
-            item.user_properties.append(("agenteval_score", f"{result.score:.4f}"))
-        item.user_properties.append(("agenteval_verdict", result.verdict))
-        if result.verdict == "error":
-            raise ItemError(f"{item.scenario.id}: {result.error}")
-        if result.verdict == "skipped":
-            pytest.skip(result.reasoning or "nothing to grade")
-
     # ------------------------------------------------------------------ items that never graded
-
-    def setup_error_text(self, item: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
-        """A short, redacted message for an item whose setup failed.
-
-        Our own errors are already one line. Anything else (a raising
-        ``agenteval_subject`` fixture, a missing fixture, a bug) is shown as
-        the exception and the frames of the user's code, not pytest's.
-        """
-        exc = excinfo.value
-        if isinstance(exc, (ItemError, pytest.skip.Exception)):
-            text = str(exc)
-        elif isinstance(exc, pytest.FixtureLookupError):
-            text = f"fixture lookup failed: {last_line(str(exc))}"
-        else:
-            text = describe_exception(exc, Path(self.config.rootpath))
-        return terminal_safe(self.redactor.text(text))
-
-    def error_payload_for(self, item: ScenarioItem, message: str) -> dict[str, Any]:
-        """The record of an item that errored before any grade (so nothing is lost)."""
-        return self.error_payload(ref_of(item), message, self.subject_name())
-
-    def error_payload(self, ref: ItemRef, message: str, subject: str) -> dict[str, Any]:
-        family = (
-            self.single_family(Path(ref.family_root))
-            if ref.single_file
-            else self.family(Path(ref.family_root))
-        )
-        article = next(
-            a for a in family.articles if any(s.id == ref.scenario_id for s in a.scenarios)
-        )
-        scenario = next(s for s in article.scenarios if s.id == ref.scenario_id)
-        from ._run import _leaf_meta as leaf_meta
-
-        result = EvalResult(
-            key=scenario.id,
-            name=scenario.id,
-            score=None,
-            verdict="error",
-            kind="scenario",
-            weight=float(scenario.weight),
-            error=message,
-            meta=leaf_meta(family, article, scenario),
-        )
-        return {
-            "v": PAYLOAD_VERSION,
-            "family": family.name,
-            "family_root": ref.family_root,
-            "single_file": ref.single_file,
-            "preset": ref.preset,
-            "scenario_id": scenario.id,
-            "condition": ref.condition,
-            "sample": ref.sample,
-            "nodeid": ref.nodeid,
-            "subject": subject,
-            "result": result.to_dict(),
-            "prompt": scenario.input,
-            "answer": None,
-            "tool_calls": [],
-            "usage": {},
-            "cost": None,
-            "timings": {"subject_s": None, "judge_s": None},
-        }
-
-    def _payload(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
-        return {
-            "v": PAYLOAD_VERSION,
-            "family": item.family.name,
-            "family_root": str(item.article.path if item.family.single_file else item.family.root),
-            "single_file": item.family.single_file,
-            "preset": item.plan.preset,
-            "scenario_id": item.scenario.id,
-            "condition": item.condition.name if item.condition else None,
-            "sample": item.sample,
-            "nodeid": item.nodeid,
-            "subject": self.subject_name(),
-            "subject_origin": self.subject_origin,
-            "result": run.result.to_dict(),
-            "prompt": item.scenario.input,
-            "answer": run.answer,
-            "tool_calls": list(run.tool_calls),
-            "usage": dict(run.usage),
-            "cost": run.cost,
-            "timings": {"subject_s": run.subject_latency_s, "judge_s": run.judge_latency_s},
-            **self._replay_field(item),
-            **self._mcp_fields(item, run),
-        }
-
-    def _mcp_fields(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
-        """Under a condition with MCP servers: the item's tool calls, the tool loop's account,
-        and what the servers reported (for the controller's manifest; not in the record)."""
-        cond = item.condition
-        if cond is None or not cond.mcp_servers:
-            return {}
-        return {
-            "mcp_calls": list(getattr(run, "mcp_calls", ())),
-            "tool_loop": getattr(run, "tool_loop", None),
-            "mcp_servers": self.mcp_reported.get(cond.name, {}),
-        }
 
     # ------------------------------------------------------------------ controller side
 

@@ -373,7 +373,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     state = AgentevalState(config)
     config.stash[STATE] = state
-    state.aggregator = register_roles(config, state)
+    register_roles(config, state)
     from ._progress import ProgressPlugin
     from .judges._batch import check_options
 

@@ -1,0 +1,207 @@
+"""The grader: one per process that runs items (an xdist worker, or a serial run).
+
+An item's setup asks :meth:`Grader.grade` for its grade: the scheduler has
+usually started it already, while earlier items were reported. The grade
+becomes the item's record (:func:`item_record`'s plain JSON), which travels
+on the item's report to wherever the
+:class:`~pytest_agenteval._aggregator.Aggregator` is. Records of items that
+never graded (a raising fixture, a crashed worker) come from
+:func:`error_record`, so every collected item has one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ._collect import ScenarioItem
+from ._evals import EvalResult
+from ._replay import ReplayLog
+from ._scheduler import upcoming_items
+from ._session import ItemRef, ref_of
+from ._text import last_line, terminal_safe
+from ._tracebacks import describe_exception
+from ._vocab import ItemError
+from .judges._base import ConfigError
+
+if TYPE_CHECKING:
+    from ._session import AgentevalState
+
+PAYLOAD_VERSION = 1
+
+
+def _replayed(replay: ReplayLog | None, items: list[Any]) -> list[Any]:
+    """Of the items to start ahead, those with a recorded answer (all, without --replay)."""
+    if replay is None:
+        return items
+    return [i for i in items if not isinstance(i, ScenarioItem) or _recorded_for(replay, i)]
+
+
+def _recorded_for(replay: ReplayLog, item: ScenarioItem) -> Any:
+    cond = item.condition.name if item.condition else None
+    return replay.lookup(item.scenario.id, cond, item.sample)
+
+
+def setup_error_text(run: AgentevalState, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+    """A short, redacted message for an item whose setup failed.
+
+    Our own errors are already one line. Anything else (a raising
+    ``agenteval_subject`` fixture, a missing fixture, a bug) is shown as
+    the exception and the frames of the user's code, not pytest's.
+    """
+    exc = excinfo.value
+    if isinstance(exc, (ItemError, pytest.skip.Exception)):
+        text = str(exc)
+    elif isinstance(exc, pytest.FixtureLookupError):
+        text = f"fixture lookup failed: {last_line(str(exc))}"
+    else:
+        text = describe_exception(exc, Path(run.config.rootpath))
+    return terminal_safe(run.redactor.text(text))
+
+
+def error_record(run: AgentevalState, ref: ItemRef, message: str, subject: str) -> dict[str, Any]:
+    """The record of an item that has no grade: an error, with the scenario it stands for."""
+    family = (
+        run.single_family(Path(ref.family_root))
+        if ref.single_file
+        else run.family(Path(ref.family_root))
+    )
+    article = next(a for a in family.articles if any(s.id == ref.scenario_id for s in a.scenarios))
+    scenario = next(s for s in article.scenarios if s.id == ref.scenario_id)
+    from ._run import _leaf_meta as leaf_meta
+
+    result = EvalResult(
+        key=scenario.id,
+        name=scenario.id,
+        score=None,
+        verdict="error",
+        kind="scenario",
+        weight=float(scenario.weight),
+        error=message,
+        meta=leaf_meta(family, article, scenario),
+    )
+    return {
+        "v": PAYLOAD_VERSION,
+        "family": family.name,
+        "family_root": ref.family_root,
+        "single_file": ref.single_file,
+        "preset": ref.preset,
+        "scenario_id": scenario.id,
+        "condition": ref.condition,
+        "sample": ref.sample,
+        "nodeid": ref.nodeid,
+        "subject": subject,
+        "result": result.to_dict(),
+        "prompt": scenario.input,
+        "answer": None,
+        "tool_calls": [],
+        "usage": {},
+        "cost": None,
+        "timings": {"subject_s": None, "judge_s": None},
+    }
+
+
+class Grader:
+    """Turns this process's items into records, through the run's scheduler."""
+
+    def __init__(self, run: AgentevalState) -> None:
+        self.run = run
+
+    def grade(self, item: ScenarioItem, fixture_value: Any = None) -> None:
+        subject = self.run.subject_for(item, fixture_value)
+        judges = self.run.judges()
+        upcoming = (
+            upcoming_items(item, 4 * self.run.scheduler.window) if self.run.subject_shared else []
+        )
+        try:
+            run = self._not_replayed(item) or self.run.scheduler.run(
+                item, subject, judges, _replayed(self.run.replay, upcoming)
+            )
+        except ConfigError as exc:
+            self.run.scheduler.cancel_pending()  # clients close in close(), on this loop
+            self.run.stop_reason = f"configuration error: {exc}"
+            pytest.exit(
+                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
+            )
+        item.run = run
+        result = run.result
+        item.payload = self._payload(item, run)
+        if result.score is not None:
+            item.user_properties.append(("agenteval_score", f"{result.score:.4f}"))
+        item.user_properties.append(("agenteval_verdict", result.verdict))
+        if result.verdict == "error":
+            raise ItemError(f"{item.scenario.id}: {result.error}")
+        if result.verdict == "skipped":
+            pytest.skip(result.reasoning or "nothing to grade")
+
+    def _payload(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
+        return {
+            "v": PAYLOAD_VERSION,
+            "family": item.family.name,
+            "family_root": str(item.article.path if item.family.single_file else item.family.root),
+            "single_file": item.family.single_file,
+            "preset": item.plan.preset,
+            "scenario_id": item.scenario.id,
+            "condition": item.condition.name if item.condition else None,
+            "sample": item.sample,
+            "nodeid": item.nodeid,
+            "subject": self.run.subject_name(),
+            "subject_origin": self.run.subject_origin,
+            "result": run.result.to_dict(),
+            "prompt": item.scenario.input,
+            "answer": run.answer,
+            "tool_calls": list(run.tool_calls),
+            "usage": dict(run.usage),
+            "cost": run.cost,
+            "timings": {"subject_s": run.subject_latency_s, "judge_s": run.judge_latency_s},
+            **self._replay_field(item),
+            **self._mcp_fields(item, run),
+        }
+
+    def _mcp_fields(self, item: ScenarioItem, run: Any) -> dict[str, Any]:
+        """Under a condition with MCP servers: the item's tool calls, the tool loop's account,
+        and what the servers reported (for the controller's manifest; not in the record)."""
+        cond = item.condition
+        if cond is None or not cond.mcp_servers:
+            return {}
+        return {
+            "mcp_calls": list(getattr(run, "mcp_calls", ())),
+            "tool_loop": getattr(run, "tool_loop", None),
+            "mcp_servers": self.run.mcp_reported.get(cond.name, {}),
+        }
+
+    def _not_replayed(self, item: ScenarioItem) -> Any:
+        """A skipped run for an item the replay file has no answer for (None otherwise)."""
+        if self.run.replay is None or _recorded_for(self.run.replay, item) is not None:
+            return None
+        from ._replay import not_replayed_reason
+        from ._run import ScenarioRun
+        from ._run import _leaf_meta as leaf_meta
+
+        cond = item.condition.name if item.condition else None
+        reason = not_replayed_reason(self.run.replay, item.scenario.id, cond, item.sample)
+        result = EvalResult(
+            key=item.scenario.id,
+            name=item.scenario.id,
+            score=None,
+            verdict="skipped",
+            kind="scenario",
+            weight=float(item.scenario.weight),
+            reasoning=reason,
+            meta={**leaf_meta(item.family, item.article, item.scenario), "not_replayed": True},
+        )
+        return ScenarioRun(result, None, (), {}, None, None)
+
+    def _replay_field(self, item: ScenarioItem) -> dict[str, Any]:
+        """``replay``: the file and line a replayed item's answer came from."""
+        if self.run.replay is None:
+            return {}
+        rec = _recorded_for(self.run.replay, item)
+        where = {"file": self.run.replay.shown, "sha256": self.run.replay.sha256}
+        return {"replay": {**where, "line": rec.line if rec is not None else None}}
+
+    def error_payload_for(self, item: ScenarioItem, message: str) -> dict[str, Any]:
+        """The record of an item that errored before any grade (so nothing is lost)."""
+        return error_record(self.run, ref_of(item), message, self.run.subject_name())
