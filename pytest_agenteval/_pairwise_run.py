@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _settings as settings
 from ._collect import SubjectItem
 from ._family import Article, Family, Plan
 from ._grader import setup_error_text
@@ -75,7 +74,7 @@ _LETTERS = {"b": ("B", "B BETTER"), "a": ("A", "A BETTER"), "tie": ("=", "TIE")}
 
 def configure(config: pytest.Config, state: AgentevalState) -> None:
     """Register the pairwise role object when ``--pairwise`` (ini ``agenteval_pairwise``) is set."""
-    value = settings.raw(config, "agenteval_pairwise")
+    value = state.settings.pairwise
     if value is None:
         return
     config.addinivalue_line("markers", "pairwise: a comparison of two answers (--pairwise)")
@@ -172,16 +171,14 @@ class PairwiseRun:
                 f"--pairwise takes one judge, got {len(specs)} ({', '.join(specs)}): "
                 "run once per judge to compare their preferences"
             )
-        share = settings.fraction(
-            config, "agenteval_pairwise_swap", DEFAULT_SWAP_SHARE, what="a share of scenarios"
-        )
+        share = state.settings.pairwise_swap
         self.swap_share = DEFAULT_SWAP_SHARE if share is None else share
-        seed = settings.raw(config, "agenteval_pairwise_seed")
+        seed = state.settings.pairwise_seed
         if seed is None:  # fresh orders each run, recorded so that a run can be repeated
             digest = hashlib.sha256(state.testrun_uid.encode()).hexdigest()
             self.seed = int(digest[:8], 16)
         else:
-            self.seed = settings.integer(config, "agenteval_pairwise_seed", 0, minimum=0)
+            self.seed = seed
         self.needs_fixture = not state.subject_spec and any(
             s.subject_spec is None for s in (self.a, self.b)
         )

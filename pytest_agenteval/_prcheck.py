@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from . import _settings as settings
 from ._baseline import Baseline, BaselineError, BaselineSearch, search, write_pointer
 from ._compare import DEFAULT_ALPHA, Comparison, compare, summary_fields
 from ._suites import ScenarioInfo, SuiteReport, score_suites
@@ -131,20 +130,11 @@ class PullRequestCheck:
     """Baseline, suites and regression for one pytest process (see the module docstring)."""
 
     def __init__(self, state: AgentevalState) -> None:
-        config = state.config
         self.state = state
-        self.spec: str | None = settings.raw(config, "agenteval_baseline")
-        self.spec = str(self.spec).strip() if self.spec not in (None, "") else None
-        self.regression_max = settings.fraction(
-            config, "agenteval_regression_max", None, what="a score drop"
-        )
-        self.alpha = settings.fraction(
-            config,
-            "agenteval_regression_alpha",
-            None,
-            open_interval=True,
-            what="a significance level",
-        )
+        run = state.settings
+        self.spec: str | None = run.baseline
+        self.regression_max = run.regression_max
+        self.alpha = run.regression_alpha
         self.searches: dict[tuple[str, str | None], BaselineSearch] = {}
         self.summaries: list[dict[str, object]] = []
         if self.spec is not None and not state.is_worker:

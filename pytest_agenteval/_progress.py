@@ -482,18 +482,10 @@ class Progress:
 
 def progress_mode(config: pytest.Config) -> tuple[str, bool]:
     """(mode, explicit): ``--agenteval-progress`` / ini ``agenteval_progress``, checked."""
-    from . import _settings as settings
+    from ._stash import STATE
 
-    value = settings.raw(config, "agenteval_progress")
-    if value is None:
-        return "auto", False
-    text = str(value).strip().lower()
-    if text not in MODES:
-        raise pytest.UsageError(
-            "--agenteval-progress (ini agenteval_progress): expected one of "
-            f"{', '.join(MODES)}, got {value!r}"
-        )
-    return text, text != "auto"
+    run = config.stash[STATE].settings
+    return run.progress, run.progress_explicit
 
 
 def resolve_mode(config: pytest.Config, requested: str, fd: int | None) -> str:

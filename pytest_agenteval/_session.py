@@ -192,6 +192,24 @@ def _settings_dict(settings: Any) -> dict[str, Any] | None:
     return {k: getattr(settings, k) for k in keep if hasattr(settings, k)}
 
 
+def _conditions(run: settings.RunSettings, rootpath: Path) -> list[Any]:
+    """The run's conditions: ``--conditions=FILE`` merged with ``--condition`` specs."""
+    from ._conditions import (
+        ConditionError,
+        load_conditions_file,
+        merge_conditions,
+        parse_conditions,
+    )
+
+    try:
+        from_file = load_conditions_file(run.conditions_file) if run.conditions_file else []
+        return merge_conditions(from_file, parse_conditions(list(run.condition_specs), rootpath))
+    except SpecError as exc:
+        raise pytest.UsageError(f"--conditions {exc}") from None
+    except ConditionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 class AgentevalState:
     """State of one pytest process for the agenteval plugin."""
 
@@ -214,7 +232,7 @@ class AgentevalState:
         self._judges: list[Judge] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
-        self.rates = {**DEFAULT_RATES, **parse_rates(config.getini("agenteval_rates") or [])}
+        self.rates = {**DEFAULT_RATES, **parse_rates(list(run.rates))}
         workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
         self.max_cost = run.max_cost
         # limits of the run, not of each process: -n 4 must not send four times as many
@@ -226,11 +244,11 @@ class AgentevalState:
         self.redactor = Redactor.from_environ()
         worker = getattr(config, "workerinput", None)
         self.testrun_uid = worker["testrunuid"] if worker else uuid.uuid4().hex
-        self.conditions = self._conditions(config)
+        self.conditions = _conditions(run, Path(config.rootpath))
         self.mcp_host: Any = None  # the conditions' MCP servers, once started (_mcp.McpHost)
         # condition -> server -> name/version/tools as the server reported them (manifest)
         self.mcp_reported: dict[str, dict[str, Any]] = {}
-        self.calibration_mode = _selects_calibration(str(config.getoption("markexpr", "") or ""))
+        self.calibration_mode = _selects_calibration(run.markexpr)
         self.calibration_split = run.calibration_split
         self.calibration_repeat = run.calibration_repeat
         self.calibration_min_n = run.calibration_min_n
@@ -406,30 +424,6 @@ class AgentevalState:
                     entry.line,
                     f"duplicate id {entry.id!r} in family {family.name!r} (also at {first})",
                 )
-
-    @staticmethod
-    def _conditions(config: pytest.Config) -> list[Any]:
-        from ._conditions import (
-            ConditionError,
-            load_conditions_file,
-            merge_conditions,
-            parse_conditions,
-        )
-
-        specs = list(config.getoption("agenteval_condition") or []) or list(
-            config.getini("agenteval_conditions") or []
-        )
-        # --conditions=FILE (relative to where pytest runs) or the ini's (to the rootdir)
-        option = config.getoption("agenteval_conditions_file")
-        value = option or config.getini("agenteval_conditions_file") or None
-        base = Path(config.invocation_params.dir) if option else Path(config.rootpath)
-        try:
-            from_file = load_conditions_file(base / str(value)) if value else []
-            return merge_conditions(from_file, parse_conditions(specs, Path(config.rootpath)))
-        except SpecError as exc:
-            raise pytest.UsageError(f"--conditions {exc}") from None
-        except ConditionError as exc:
-            raise pytest.UsageError(str(exc)) from None
 
     def start_mcp(self, items: list[Any]) -> None:
         """Start the MCP servers of the conditions this process's items run under.
@@ -657,7 +651,7 @@ class AgentevalState:
         """``--replay FILE``: read, checked against the run's families, made the subject."""
         from ._replay import load_replay
 
-        value = settings.raw(config, "agenteval_replay")
+        value = self.settings.replay
         if value is None:
             return None
         if config.getoption("agenteval_subject"):

@@ -26,6 +26,7 @@ _FLAGS = {
     "agenteval_out": "--agenteval-out",
     "agenteval_concurrency": "--agenteval-concurrency",
     "agenteval_max_cost": "--agenteval-max-cost",
+    "agenteval_progress": "--agenteval-progress",
 }
 
 
@@ -208,6 +209,26 @@ class RunSettings:
     calibration_repeat: int = 1
     calibration_min_n: int = 10
     calibration_gate_on: Literal["point", "lower"] = "point"
+    #: ``-m`` as given: does it ask for calibration items (``_session``)
+    markexpr: str = ""
+    #: ``--agenteval-rates`` lines (``model = in out`` per million tokens)
+    rates: tuple[str, ...] = ()
+    #: ``--condition`` specs (or the ini's ``agenteval_conditions`` lines)
+    condition_specs: tuple[str, ...] = ()
+    #: ``--conditions=FILE`` (relative to where pytest runs) or the ini's (to the rootdir)
+    conditions_file: Path | None = None
+    replay: str | None = None
+    baseline: str | None = None
+    regression_max: float | None = None
+    regression_alpha: float | None = None
+    pairwise: str | None = None
+    pairwise_swap: float | None = None
+    pairwise_seed: int | None = None
+    progress: Literal["auto", "line", "plain", "off"] = "auto"
+    progress_explicit: bool = False
+    judge_batch: bool = False
+    judge_batch_poll_s: float = 30.0
+    judge_batch_wait_s: float | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -232,7 +253,65 @@ class RunSettings:
         if cache != "off" and not cache_dir:
             root = out_dir if out_dir.is_absolute() else config.invocation_params.dir / out_dir
             cache_dir = str(root / "judge-cache")
+        option_file = config.getoption("agenteval_conditions_file", default=None)
+        ini_file = config.getini("agenteval_conditions_file") or None
+        conditions_file = (
+            Path(config.invocation_params.dir) / str(option_file)
+            if option_file
+            else Path(config.rootpath) / str(ini_file)
+            if ini_file
+            else None
+        )
+        progress_raw = raw(config, "agenteval_progress")
+        progress: Literal["auto", "line", "plain", "off"] = choice(
+            config, "agenteval_progress", ("auto", "line", "plain", "off"), "auto"
+        )
+        batch_flag = raw(config, "agenteval_judge_batch")
+        baseline = raw(config, "agenteval_baseline")
+        pairwise = raw(config, "agenteval_pairwise")
         return cls(
+            markexpr=str(config.getoption("markexpr", default="") or ""),
+            rates=tuple(str(r) for r in config.getini("agenteval_rates") or []),
+            condition_specs=tuple(
+                config.getoption("agenteval_condition", default=None)
+                or config.getini("agenteval_conditions")
+                or []
+            ),
+            conditions_file=conditions_file,
+            replay=None
+            if raw(config, "agenteval_replay") is None
+            else str(raw(config, "agenteval_replay")),
+            baseline=str(baseline).strip() or None if baseline is not None else None,
+            regression_max=fraction(config, "agenteval_regression_max", None, what="a score drop"),
+            regression_alpha=fraction(
+                config,
+                "agenteval_regression_alpha",
+                None,
+                open_interval=True,
+                what="a significance level",
+            ),
+            pairwise=None if pairwise is None else str(pairwise),
+            pairwise_swap=fraction(
+                config, "agenteval_pairwise_swap", None, what="a share of scenarios"
+            ),
+            pairwise_seed=None
+            if raw(config, "agenteval_pairwise_seed") is None
+            else integer(config, "agenteval_pairwise_seed", 0, minimum=0),
+            progress=progress,
+            progress_explicit=progress_raw is not None and progress != "auto",
+            judge_batch=batch_flag is True
+            or str(batch_flag).strip().lower() in ("1", "true", "yes", "on"),
+            judge_batch_poll_s=number(
+                config, "agenteval_judge_batch_poll", 30.0, what="a number of seconds"
+            )
+            or 30.0,
+            judge_batch_wait_s=number(
+                config,
+                "agenteval_judge_batch_wait",
+                None,
+                inclusive=True,
+                what="a number of seconds",
+            ),
             bench=tuple(
                 b for entry in listed(config, "agenteval_bench") for b in entry.split(",") if b
             ),

@@ -380,7 +380,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not state.is_worker:
         check_options(config)  # --judge-batch under -n: refused before collection
     config.pluginmanager.register(ProgressPlugin(state), "agenteval-progress")
-    if config.getoption("agenteval_pairwise") or config.getini("agenteval_pairwise"):
+    if state.settings.pairwise is not None:
         from ._pairwise_run import configure as configure_pairwise
 
         configure_pairwise(config, state)  # --pairwise=A,B: comparison items, its own run

@@ -181,3 +181,36 @@ def test_a_calibration_run(demo: pytest.Pytester, workers: list[str]) -> None:
     # the golden data graded is part of the evidence, whichever process collected it
     files = json.loads((run / "manifest.json").read_text())["files"]
     assert "golden/demo/demo.jsonl" in files
+
+
+ROLES_PROBE = """
+import json, pathlib
+
+def pytest_sessionfinish(session):
+    pm = session.config.pluginmanager
+    # not PYTEST_XDIST_WORKER: this suite may itself run under xdist
+    who = getattr(session.config, "workerinput", {}).get("workerid", "main")
+    seen = {"grader": pm.has_plugin("agenteval-grader"),
+            "aggregator": pm.has_plugin("agenteval-aggregator")}
+    pathlib.Path(f"roles-{who}.json").write_text(json.dumps(seen))
+"""
+
+
+@WORKERS
+def test_each_process_registers_only_the_hooks_of_its_roles(
+    demo: pytest.Pytester, workers: list[str]
+) -> None:
+    """As xdist splits DSession from WorkerInteractor: workers grade, the controller
+    aggregates, a serial run does both; no process runs a role it does not have."""
+    demo.makeconftest(SUBJECT + ROLES_PROBE)
+    result = demo.runpytest("--bench=demo", "--preset=standard", *workers)
+    result.assert_outcomes(passed=3, failed=1)
+    roles = {p.stem[6:]: json.loads(p.read_text()) for p in demo.path.glob("roles-*.json")}
+    if not workers:
+        assert roles == {"main": {"grader": True, "aggregator": True}}
+    else:
+        assert roles == {
+            "main": {"grader": False, "aggregator": True},
+            "gw0": {"grader": True, "aggregator": False},
+            "gw1": {"grader": True, "aggregator": False},
+        }

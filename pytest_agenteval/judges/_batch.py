@@ -125,15 +125,10 @@ class BatchOptions:
 
 def batch_options(config: pytest.Config) -> BatchOptions:
     """``--judge-batch``, ``--judge-batch-poll``, ``--judge-batch-wait`` (and their ini keys)."""
-    from .. import _settings as settings
+    from .._stash import STATE
 
-    flag = settings.raw(config, "agenteval_judge_batch")
-    enabled = flag is True or str(flag).strip().lower() in ("1", "true", "yes", "on")
-    poll = settings.number(config, "agenteval_judge_batch_poll", 30.0, what="a number of seconds")
-    wait = settings.number(
-        config, "agenteval_judge_batch_wait", None, inclusive=True, what="a number of seconds"
-    )
-    return BatchOptions(enabled, poll or 30.0, wait)
+    run = config.stash[STATE].settings
+    return BatchOptions(run.judge_batch, run.judge_batch_poll_s, run.judge_batch_wait_s)
 
 
 def check_options(config: pytest.Config) -> None:

@@ -159,15 +159,19 @@ def _in_daemon_thread(
         else:
             future.set_result(result)
 
-    def job() -> None:
+    def job() -> Callable[[], None]:
         result: object = None
         error: BaseException | None = None
         try:
             result = ctx.run(fn, *args, **kwargs)
         except BaseException as exc:  # delivered to the awaiting task
             error = exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(settle, result, error)
+
+        def deliver() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        return deliver
 
     _WORKERS.submit(job)
     return future
@@ -183,12 +187,14 @@ class _DaemonWorkers:
     """
 
     def __init__(self, idle_s: float = 10.0) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], Callable[[], None]]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # threads waiting for a job that no submit has claimed yet
         self._idle_s = idle_s
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: Callable[[], Callable[[], None]]) -> None:
+        """Run *job* on an idle thread (or a new one); what it returns runs after the
+        thread counts itself idle again, so the caller's next call finds it waiting."""
         with self._lock:
             start = self._idle == 0
             if not start:
@@ -207,9 +213,10 @@ class _DaemonWorkers:
                         self._idle -= 1
                         return
                 continue  # a submit counted on this thread: its job is on the way
-            job()
+            deliver = job()
             with self._lock:
                 self._idle += 1
+            deliver()
 
 
 _WORKERS = _DaemonWorkers()
