@@ -269,8 +269,8 @@ class Aggregator:
         )
         if bucket.recorder is None:
             bucket.recorder = RunRecorder(self.run, bucket, self._plan_for(bucket))
-        bucket.recorder.add(payload)  # the evidence keeps everything
-        lean = lean_record(payload)
+        # the evidence keeps everything; memory keeps the lean, JSON-safe, redacted copy
+        lean = lean_record(bucket.recorder.add(payload))
         result = EvalResult.from_dict(lean["result"])
         bucket.leaves.setdefault(payload["scenario_id"], {})[int(payload.get("sample") or 0)] = (
             result
@@ -450,7 +450,7 @@ class Aggregator:
         from ._prcheck import bundled_location, repo_root
         from .evidence._chain import json_safe_record
         from .evidence._run_dir import report_records
-        from .reports._human import render_html, render_markdown, shown_record
+        from .reports._human import clean_for_report, render_html, render_markdown, shown_record
         from .reports._junit import junit_xml
         from .reports._sarif import sarif_json
 
@@ -485,11 +485,14 @@ class Aggregator:
         redact = self.run.redactor.text
         recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
         recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
-        shown = [shown_record(r) for r in records]
+        # cleaned once for both reports; the records were redacted as they arrived
+        # (RunRecorder.add), the summary is here, and each report's whole text once more
+        shown = [clean_for_report(shown_record(r)) for r in records]
+        clean_summary = clean_for_report(run_summary, redact)
         self._write_human_reports(
             recorder,
-            render_markdown(run_summary, shown, redact=redact),
-            render_html(run_summary, shown, redact=redact),
+            render_markdown(clean_summary, shown, assume_clean=True),
+            render_html(clean_summary, shown, assume_clean=True),
         )
 
     def _write_human_reports(self, recorder: RunRecorder, md: str, html: str) -> None:

@@ -101,9 +101,12 @@ class GraderHooks:
         if payload is not None and (
             call.when == "call" or (call.when == "setup" and not report.passed)
         ):
-            # plain JSON types only: execnet cannot send -2**40 or a datetime, and the
-            # evidence cannot hold NaN or 2**70 (kept as strings, noted in "converted")
-            report.agenteval = json_safe_record(payload)  # type: ignore[attr-defined]
+            # an xdist worker: plain JSON types only, as execnet cannot send -2**40 or a
+            # datetime (kept as strings, noted in "converted"). A serial run's aggregator
+            # makes the record safe and redacts it in one walk, as it writes the evidence.
+            report.agenteval = (  # type: ignore[attr-defined]
+                json_safe_record(payload) if self.state.is_worker else payload
+            )
             # the report carries it now, and pytest keeps every item to the end of the session
             item.payload = None
             if isinstance(item, ScenarioItem):
@@ -152,7 +155,9 @@ class AggregatorHooks:
             return "warned", "W", ("WARN", {"yellow": True})
         return None
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """First, so that other plugins' hooks find the record made JSON-safe and redacted."""
         self.aggregator.record(report)
 
     @pytest.hookimpl(trylast=True)

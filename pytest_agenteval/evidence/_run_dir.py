@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._evals import EvalResult, injection_suspected, round_score
 from .._family import Plan
-from .._vocab import VERDICTS
+from .._vocab import VERDICTS, JSONObject
 from ._chain import (
     EvidenceWriter,
     canonical_json,
@@ -550,17 +550,19 @@ class RunRecorder:
         )
         self.prompts = PromptStore(self.run_dir, self.redactor.text)
 
-    def add(self, payload: dict[str, Any]) -> None:
+    def add(self, payload: dict[str, Any]) -> JSONObject:
         """Append one item's record (an explicit allowlist of fields) to the chain.
 
-        Made JSON-safe before redaction, so that text made from an odd value
-        (``str()`` of an object an agent returned) is redacted too. The judge's
-        system prompt, the same few kilobytes in every record, is kept once
-        (see :class:`PromptStore`).
+        Made JSON-safe and redacted in one walk, so that text made from an odd
+        value (``str()`` of an object an agent returned) is redacted too. The
+        judge's system prompt, the same few kilobytes in every record, is kept
+        once (see :class:`PromptStore`). Returns the whole payload as walked:
+        what the run keeps in memory is then as safe as what it wrote.
         """
-        record = {key: payload[key] for key in _RECORD_FIELDS if key in payload}
-        record = json_safe_record(self.prompts.shrink(record), text=self.redactor.text)
-        self.writer.append(record)
+        safe = json_safe_record(payload, text=self.redactor.text)
+        record = {key: safe[key] for key in _RECORD_FIELDS if key in safe}
+        self.writer.append(self.prompts.shrink(record))
+        return safe
 
     def write_json(self, name: str, data: Any) -> None:
         """``data`` as indented JSON, held to the evidence's rule: no NaN, no number beyond 2**53."""

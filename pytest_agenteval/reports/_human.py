@@ -67,6 +67,7 @@ __all__ = [
     "MARKDOWN_BUDGET",
     "build_calibration_view",
     "build_view",
+    "clean_for_report",
     "clean_text",
     "render_calibration_html",
     "render_calibration_markdown",
@@ -126,6 +127,12 @@ def _clean_model(model: _Model, clean: Callable[[str], str]) -> _Model:
 
 def _deep_clean(model: _Model, redact: Redact | None = None) -> _Model:
     return _clean_model(model, _cleaner(redact))
+
+
+def clean_for_report(model: _Model, redact: Redact | None = None) -> _Model:
+    """*model* with every string redacted (with *redact*) and made safe to show, once:
+    the renderers take ``assume_clean=True`` for what went through here."""
+    return _deep_clean(model, redact)
 
 
 def shown_record(record: ReportRecord) -> ReportRecord:
@@ -1111,6 +1118,7 @@ def render_markdown(
     *,
     calibration: CalibrationReport | None = None,
     redact: Redact | None = None,
+    assume_clean: bool = False,
 ) -> str:
     """``report.md``: GitHub-flavoured Markdown, sized to fit a PR comment or job summary.
 
@@ -1130,10 +1138,11 @@ def render_markdown(
         (300, False, 0, 0),
     ]
     text = ""
-    summary = _deep_clean(summary, redact)
-    records = [_deep_clean(r, redact) for r in records]
-    if calibration is not None:
-        calibration = _deep_clean(calibration, redact)
+    if not assume_clean:
+        summary = _deep_clean(summary, redact)
+        records = [_deep_clean(r, redact) for r in records]
+        if calibration is not None:
+            calibration = _deep_clean(calibration, redact)
     for i, (limit, answers, max_failed, max_warned) in enumerate(steps):
         view = build_view(
             summary, records, calibration=calibration, answer_limit=limit, assume_clean=True
@@ -1156,9 +1165,12 @@ def render_html(
     *,
     calibration: CalibrationReport | None = None,
     redact: Redact | None = None,
+    assume_clean: bool = False,
 ) -> str:
     """``report.html``: one self-contained page (inline CSS and SVG, no script, no network)."""
-    view = build_view(summary, records, calibration=calibration, redact=redact)
+    view = build_view(
+        summary, records, calibration=calibration, redact=redact, assume_clean=assume_clean
+    )
     return _environment().get_template("report.html.j2").render(v=view)
 
 
