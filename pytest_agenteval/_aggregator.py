@@ -456,7 +456,7 @@ class Aggregator:
 
         records = []
         for payload in report_records(
-            plan, list(bucket.records.values()), repo_root(Path(self.run.config.rootpath))
+            plan, bucket.records.values(), repo_root(Path(self.run.config.rootpath))
         ):
             try:
                 records.append(ReportRecord.from_json(payload))
@@ -485,9 +485,13 @@ class Aggregator:
         redact = self.run.redactor.text
         recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
         recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
-        # cleaned once for both reports; the records were redacted as they arrived
-        # (RunRecorder.add), the summary is here, and each report's whole text once more
-        shown = [clean_for_report(shown_record(r)) for r in records]
+        # the human reports show less of each record: each full one goes as its shown copy
+        # comes, cleaned once for both reports (the records were redacted as they arrived,
+        # in RunRecorder.add; the summary is here; each report's whole text once more)
+        shown = records
+        for i, record in enumerate(shown):
+            shown[i] = clean_for_report(shown_record(record))
+        del records
         clean_summary = clean_for_report(run_summary, redact)
         self._write_human_reports(
             recorder,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -38,19 +37,39 @@ from bench_concurrency import bench_env, grade_reply, pytest_command, write_fami
 from bench_whole_run import BARE  # noqa: E402
 from fakellm import FakeLLMServer  # noqa: E402
 
+# The child's own peak: VmHWM belongs to the address space exec made, whereas
+# ru_maxrss (wait4) keeps the peak of the forking parent, this script with its
+# fake server holding every request, across the exec.
+_PEAK = """
+import atexit, os, runpy, sys
+def _peak():
+    with open("/proc/self/status") as status, open(os.environ["BENCH_PEAK_FILE"], "w") as out:
+        out.write(next(l.split()[1] for l in status if l.startswith("VmHWM")))
+atexit.register(_peak)
+sys.argv = sys.argv[1:]
+if sys.argv[0] == "-m":
+    sys.argv = sys.argv[1:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of one whole process."""
+    """(seconds, peak RSS in MiB) of one whole process (the peak of its own address space)."""
+    peak_file = cwd / ".bench-peak"
+    env = {**env, "BENCH_PEAK_FILE": str(peak_file)}
+    wrapped = [cmd[0], "-c", _PEAK, *cmd[1:]]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = proc.stdout.read() if proc.stdout else b""
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run(
+        wrapped, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     elapsed = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    proc.returncode = code
-    if code not in (0, 1):
-        sys.exit(f"{cmd[:5]} exited {code}:\n{out[-3000:].decode(errors='replace')}")
-    return elapsed, usage.ru_maxrss / 1024
+    if proc.returncode not in (0, 1):
+        sys.exit(
+            f"{cmd[:5]} exited {proc.returncode}:\n{proc.stdout[-3000:].decode(errors='replace')}"
+        )
+    return elapsed, int(peak_file.read_text()) / 1024
 
 
 def main() -> int:

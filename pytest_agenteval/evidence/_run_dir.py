@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -382,26 +382,32 @@ def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str
 
 
 def report_records(
-    plan: Plan, payloads: Sequence[dict[str, Any]], rootdir: Path
-) -> list[dict[str, Any]]:
-    """Item payloads enriched with the article and a repository-relative location."""
+    plan: Plan, payloads: Iterable[dict[str, Any]], rootdir: Path
+) -> Iterator[dict[str, Any]]:
+    """Item payloads enriched with the article and a repository-relative location, one at
+    a time (a caller that keeps less of each record never holds every enriched copy)."""
     articles = {a.control_id: a for a in plan.family.articles}
     scenarios = {
         (a.control_id, s.id): s for a in plan.family.articles for s in a.scenarios
     }  # one lookup per record: 10,000 records of one article must not scan it 10,000 times
-    out = []
+    root = rootdir.resolve()
+    files: dict[str, tuple[str, bool]] = {}  # control id -> (shown path, bundled), once each
     for payload in payloads:
         meta = payload["result"].get("meta", {})
         art = articles.get(meta.get("control_id", ""))
         record = dict(payload)
         record.pop("family_root", None)
         if art is not None:
-            try:
-                record["file"] = art.path.resolve().relative_to(rootdir.resolve()).as_posix()
-            except ValueError:
-                record["file"] = (
-                    f"{plan.family.name}/{art.path.relative_to(plan.family.root).as_posix()}"
-                )
+            if art.control_id not in files:
+                try:
+                    files[art.control_id] = (art.path.resolve().relative_to(root).as_posix(), False)
+                except ValueError:
+                    shown = (
+                        f"{plan.family.name}/{art.path.relative_to(plan.family.root).as_posix()}"
+                    )
+                    files[art.control_id] = (shown, True)
+            record["file"], bundled = files[art.control_id]
+            if bundled:
                 record["bundled"] = True  # not a file of the repository (SARIF locates it apart)
             record["line"] = art.lines.get(payload["scenario_id"])
             scenario = scenarios.get((art.control_id, payload["scenario_id"]))
@@ -414,8 +420,7 @@ def report_records(
                 "severity": art.meta.severity,
                 "pillar": art.meta.pillar,
             }
-        out.append(record)
-    return out
+        yield record
 
 
 PROMPTS_DIR = "judge-prompts"
