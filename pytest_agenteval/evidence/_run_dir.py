@@ -381,6 +381,22 @@ def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str
     return candidate
 
 
+def _reported_result(node: Mapping[str, Any]) -> dict[str, Any]:
+    """*node* with only the meta fields the reports read (``ResultMeta``'s), its children
+    too: a judge's nonce, hashes, HTTP statuses and sampling settings stay in the
+    evidence, and each record the reports hold at the end of a run is a third the size."""
+    from .._model import ResultMeta
+
+    out = dict(node)
+    meta = node.get("meta")
+    if isinstance(meta, Mapping):
+        out["meta"] = {k: v for k, v in meta.items() if k in ResultMeta.model_fields}
+    children = node.get("children")
+    if isinstance(children, list) and children:
+        out["children"] = [_reported_result(c) if isinstance(c, Mapping) else c for c in children]
+    return out
+
+
 def report_records(
     plan: Plan, payloads: Iterable[dict[str, Any]], rootdir: Path
 ) -> Iterator[dict[str, Any]]:
@@ -397,6 +413,7 @@ def report_records(
         art = articles.get(meta.get("control_id", ""))
         record = dict(payload)
         record.pop("family_root", None)
+        record["result"] = _reported_result(payload["result"])
         if art is not None:
             if art.control_id not in files:
                 try:
