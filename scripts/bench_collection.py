@@ -116,7 +116,12 @@ def _decimal(x: float) -> str:
 
 def clean_env() -> dict[str, str]:
     """This environment without pytest settings that would change the measured run."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # PYTHONDONTWRITEBYTECODE too: see bench_concurrency.UNMEASURED
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "PYTHONDONTWRITEBYTECODE"))
+    }
 
 
 def pytest_args(fam: Path) -> list[str]:

@@ -60,7 +60,11 @@ def write_project(root: Path) -> None:
 
 def clean_env() -> dict[str, str]:
     """This environment without pytest settings that would change the measured run."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE"))
+    }
 
 
 def timed_run(project: Path, extra: tuple[str, ...]) -> float:

@@ -107,6 +107,9 @@ def main() -> int:
         env = bench_env(server)
         plugin = pytest_command(fam, work, args.concurrency)
         bare = [sys.executable, "bare.py", str(args.scenarios), str(args.concurrency), str(system)]
+        # one untimed run of each: the bytecode caches are written, as after any first run
+        for cmd in (plugin, bare):
+            run(cmd, work, env)
         rows: list[dict[str, float]] = []
         for i in range(args.repeats):
             row: dict[str, float] = {}
