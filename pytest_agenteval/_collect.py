@@ -19,7 +19,7 @@ import pytest
 from ._conditions import Condition
 from ._family import Article, Family, Plan, gc_paused
 from ._spec import Scenario
-from ._stash import STATE
+from ._stash import PAIRWISE, STATE
 from ._vocab import AgentevalError, ItemError, SpecError
 from .judges._base import CriterionSpec, criteria_from
 
@@ -130,9 +130,7 @@ class ArticleCollector(pytest.Collector):
         if self.error is not None:
             raise self.CollectError(str(self.error))
         assert self.article is not None
-        from ._pairwise_run import active
-
-        pairwise = active(self.config)
+        pairwise = self.config.stash.get(PAIRWISE, None)
         if pairwise is not None:  # --pairwise: one comparison per scenario instead
             yield from pairwise.items(self, self.family, self.plan, self.article)
             return

@@ -59,6 +59,7 @@ from ._pairwise import (
 )
 from ._scheduler import upcoming_items
 from ._spec import Scenario
+from ._stash import PAIRWISE
 from ._vocab import ItemError, JSONObject, JSONValue
 from .evidence._chain import json_safe_record
 from .judges._base import ConfigError
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
     from ._session import AgentevalState
     from .evidence._run_dir import RunRecorder
 
-PAIRWISE: pytest.StashKey[PairwiseRun] = pytest.StashKey()
 SUFFIX = "[pairwise]"
 _LETTERS = {"b": ("B", "B BETTER"), "a": ("A", "A BETTER"), "tie": ("=", "TIE")}
 

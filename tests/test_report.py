@@ -944,3 +944,27 @@ def test_shown_record_keeps_what_the_reports_show() -> None:
     assert (shown.timings, shown.cost) == (full.timings, full.cost)
     assert len(shown.result.children) == len(full.result.children)
     assert shown.tool_calls == [] and full.tool_calls  # the record itself is untouched
+
+
+def test_a_damaged_template_cache_costs_a_compile_not_the_report(tmp_path: Path) -> None:
+    """The compiled templates are cached between runs; a cache file cut short (a full
+    disk, a killed run) is compiled again instead of failing the report."""
+    import jinja2
+
+    from pytest_agenteval.reports._human import _bytecode_cache
+
+    cache = _bytecode_cache()
+    assert cache is not None
+    quiet = type(cache)(str(tmp_path))
+    loader = jinja2.DictLoader({"t": "{{ x }} graded"})
+    assert jinja2.Environment(loader=loader, bytecode_cache=quiet).get_template("t").render(
+        x=1
+    ) == ("1 graded")
+    (cached,) = tmp_path.iterdir()
+    from jinja2.bccache import bc_magic
+
+    # the header intact, the source checksum after it cut short (Jinja itself copes with
+    # damaged code after an intact checksum, not with this)
+    cached.write_bytes(cached.read_bytes()[: len(bc_magic) + 1])
+    fresh = jinja2.Environment(loader=loader, bytecode_cache=quiet)
+    assert fresh.get_template("t").render(x=2) == "2 graded"
