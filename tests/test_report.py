@@ -954,7 +954,7 @@ def test_a_damaged_template_cache_costs_a_compile_not_the_report(tmp_path: Path)
     from pytest_agenteval.reports._human import _bytecode_cache
 
     cache = _bytecode_cache()
-    assert cache is not None
+    assert isinstance(cache, jinja2.FileSystemBytecodeCache)
     quiet = type(cache)(str(tmp_path))
     loader = jinja2.DictLoader({"t": "{{ x }} graded"})
     assert jinja2.Environment(loader=loader, bytecode_cache=quiet).get_template("t").render(

@@ -54,6 +54,12 @@ _KEY_SHAPES = re.compile(
     r"|xox[abprs]-[A-Za-z0-9\-]{10,})\b"
 )
 _KEY_PREFIXES = ("sk-", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox")
+_KEY_PREFIX = re.compile("|".join(re.escape(p) for p in _KEY_PREFIXES))  # one C-speed scan
+_BEARER_WORD = re.compile("bearer", re.IGNORECASE)
+#: Strings up to this length are redacted once and remembered: a run's records repeat
+#: the same keys and short values (field names, verdicts, model names) thousands of times.
+_MEMO_MAX_LEN = 64
+_MEMO_MAX_ENTRIES = 50_000
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._\-~+/]{16,}=*")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\[\]<>\"'`\\]+@")
 MIN_SECRET_LEN = 8
@@ -194,6 +200,7 @@ class Redactor:
         self._secrets = [_Secret(name, value) for value, name in ordered]
         self._names = sorted(n for n, v in secrets.items() if v and len(v) >= MIN_SECRET_LEN)
         self._shortest = min((s.shortest for s in self._secrets), default=0)
+        self._memo: dict[str, str] = {}
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -208,6 +215,18 @@ class Redactor:
     def text(self, value: str) -> str:
         if not value:
             return value
+        if len(value) > _MEMO_MAX_LEN:
+            return self._text(value)
+        memo = self._memo
+        done = memo.get(value)
+        if done is None:
+            done = self._text(value)
+            if len(memo) >= _MEMO_MAX_ENTRIES:
+                memo.clear()
+            memo[value] = done
+        return done
+
+    def _text(self, value: str) -> str:
         if "://" in value and "@" in value:
             value = _URL_USERINFO.sub(r"\1[REDACTED]@", value)
         if self._secrets and len(value) >= self._shortest:
@@ -218,9 +237,9 @@ class Redactor:
                 for needle, source in secret.forms:
                     if needle in skeleton:
                         value = _form_regex(source).sub(f"[REDACTED:{secret.name}]", value)
-        if any(prefix in value for prefix in _KEY_PREFIXES):
+        if _KEY_PREFIX.search(value):
             value = _KEY_SHAPES.sub("[REDACTED:key-shaped]", value)
-        if "bearer" in value.lower():
+        if _BEARER_WORD.search(value):
             value = _BEARER.sub(lambda m: m.group(1) + "[REDACTED:bearer]", value)
         return value
 
