@@ -196,10 +196,13 @@ def register_roles(config: pytest.Config, state: AgentevalState) -> None:
     from ._grader import Grader
 
     config.add_cleanup(state.close)
-    # where xdist registers its DSession: this process then collects and runs nothing
+    # where xdist registers its DSession (its _is_distribution_mode, and not --collect-only):
+    # this process then collects and runs nothing. ``--dist load`` without -n or --tx runs
+    # the items here, as a serial run.
     controller = (
         not state.is_worker
         and config.getoption("dist", "no") != "no"
+        and bool(config.getoption("tx", None))
         and not config.option.collectonly
     )
     if not controller:

@@ -196,17 +196,22 @@ def pytest_sessionfinish(session):
 """
 
 
-@WORKERS
+@pytest.mark.parametrize(
+    "workers",
+    [[], ["-n", "2"], ["--dist", "load", "--tx", "2*popen"], ["--dist", "load"]],
+    ids=["serial", "xdist", "tx-popen", "dist-without-workers"],
+)
 def test_each_process_registers_only_the_hooks_of_its_roles(
     demo: pytest.Pytester, workers: list[str]
 ) -> None:
     """As xdist splits DSession from WorkerInteractor: workers grade, the controller
-    aggregates, a serial run does both; no process runs a role it does not have."""
+    aggregates, a serial run does both; no process runs a role it does not have.
+    ``--dist load`` with neither -n nor --tx starts no workers: a serial run."""
     demo.makeconftest(SUBJECT + ROLES_PROBE)
     result = demo.runpytest("--bench=demo", "--preset=standard", *workers)
     result.assert_outcomes(passed=3, failed=1)
     roles = {p.stem[6:]: json.loads(p.read_text()) for p in demo.path.glob("roles-*.json")}
-    if not workers:
+    if not workers or workers == ["--dist", "load"]:
         assert roles == {"main": {"grader": True, "aggregator": True}}
     else:
         assert roles == {
