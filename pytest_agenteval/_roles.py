@@ -102,10 +102,12 @@ class GraderHooks:
             call.when == "call" or (call.when == "setup" and not report.passed)
         ):
             # an xdist worker: plain JSON types only, as execnet cannot send -2**40 or a
-            # datetime (kept as strings, noted in "converted"). A serial run's aggregator
-            # makes the record safe and redacts it in one walk, as it writes the evidence.
+            # datetime (kept as strings, noted in "converted"); a calibration row too, as
+            # the metrics read it. A serial run's aggregator makes a benchmark record safe
+            # and redacts it in one walk, as it writes the evidence.
+            walk = self.state.is_worker or isinstance(item, CalibrationItem)
             report.agenteval = (  # type: ignore[attr-defined]
-                json_safe_record(payload) if self.state.is_worker else payload
+                json_safe_record(payload) if walk else payload
             )
             # the report carries it now, and pytest keeps every item to the end of the session
             item.payload = None
