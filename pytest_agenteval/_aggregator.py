@@ -486,11 +486,11 @@ class Aggregator:
         recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
         recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
         # the human reports show less of each record: each full one goes as its shown copy
-        # comes, cleaned once for both reports (the records were redacted as they arrived,
-        # in RunRecorder.add; the summary is here; each report's whole text once more)
+        # comes, cleaned and redacted once for both reports, string by string before any
+        # escaping (the family's own text joined the records since RunRecorder.add)
         shown = records
         for i, record in enumerate(shown):
-            shown[i] = clean_for_report(shown_record(record))
+            shown[i] = clean_for_report(shown_record(record), redact)
         del records
         clean_summary = clean_for_report(run_summary, redact)
         self._write_human_reports(

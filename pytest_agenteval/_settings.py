@@ -291,11 +291,12 @@ class RunSettings:
                 what="a significance level",
             ),
             pairwise=None if pairwise is None else str(pairwise),
-            pairwise_swap=fraction(
-                config, "agenteval_pairwise_swap", None, what="a share of scenarios"
-            ),
+            # checked only for a --pairwise run (a plain run never reads them)
+            pairwise_swap=None
+            if pairwise is None
+            else fraction(config, "agenteval_pairwise_swap", None, what="a share of scenarios"),
             pairwise_seed=None
-            if raw(config, "agenteval_pairwise_seed") is None
+            if pairwise is None or raw(config, "agenteval_pairwise_seed") is None
             else integer(config, "agenteval_pairwise_seed", 0, minimum=0),
             progress=progress,
             progress_explicit=progress_raw is not None and progress != "auto",

@@ -390,7 +390,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
         register_html(config, state)
     _sigterm_as_interrupt(config)
-    _quick_exit_once()
     if state.calibration_mode:  # a named path runs that path only
         roots = [] if state.named_paths() else state.golden_roots()
     else:
@@ -433,27 +432,6 @@ def _agenteval_dir(path: Path) -> bool:
     from ._compat import is_agenteval_dir  # standard library only: a plain run stays light
 
     return is_agenteval_dir(path)
-
-
-_QUICK_EXIT: list[bool] = []
-
-
-def _quick_exit_once() -> None:
-    """At interpreter exit, skip the final garbage collection over every object left.
-
-    A benchmark run ends holding many objects (the SDKs' types, the run's models); the
-    collection Python makes at shutdown walked them all for about 0.4 s after the last
-    report was written, to free memory the exiting process gives back anyway. Frozen
-    objects are left out of it (``gc.freeze``); objects are still released as modules
-    are torn down. Registered once per process, for a benchmark or calibration run only.
-    """
-    if _QUICK_EXIT:
-        return
-    _QUICK_EXIT.append(True)
-    import atexit
-    import gc
-
-    atexit.register(gc.freeze)
 
 
 def _sigterm_as_interrupt(config: pytest.Config) -> None:

@@ -413,6 +413,47 @@ def test_pytest_html_shows_verdict_score_gate_and_reasoning(
     assert ">FAIL</td>" in "".join(failed["resultsTableRow"])
 
 
+ODD_JUDGE = """
+import datetime, math
+from pytest_agenteval.judges._base import CriterionResult, Grade
+
+
+class Odd:
+    def __str__(self):
+        return "an object of the judge's"
+
+
+class OddJudge:
+    name = "odd"
+
+    async def grade(self, request):
+        crit = tuple(CriterionResult(c.text, True, "ok") for c in request.criteria)
+        details = {"usage": {"when": datetime.datetime(2024, 1, 1)}, "obj": Odd(),
+                   "set": {1, 2}, "nan": math.nan, "big": 2**70}
+        return Grade(score=1.0, criteria=crit, summary="fine", judge="odd", details=details)
+
+
+def pytest_agenteval_make_judge(config, spec):
+    return OddJudge() if spec == "odd" else None
+"""
+
+
+def test_pytest_html_in_a_serial_run_takes_a_judges_odd_details(judged: pytest.Pytester) -> None:
+    """pytest-html's extras read the record before the aggregator makes it JSON-safe:
+    a custom judge's datetime, NaN, set or object must not end the run."""
+    pytest.importorskip("pytest_html")
+    with (judged.path / "conftest.py").open("a") as conftest:
+        conftest.write(ODD_JUDGE)
+    report = judged.path / "report.html"
+    result = judged.runpytest("--bench=demo", "--judge=odd", f"--html={report}")
+    out = result.stdout.str()
+    assert "INTERNALERROR" not in out, out
+    result.assert_outcomes(passed=3)  # the demo family's smoke preset
+    page = report.read_text()
+    assert '<th class="agenteval-verdict">Verdict</th>' in page
+    assert "agenteval verdict PASS" in html.unescape(page)
+
+
 # --------------------------------------------------------------------------- the example workflow
 
 

@@ -7,6 +7,7 @@ of any encoding of the key, once separators and case are stripped, is a leak.
 from __future__ import annotations
 
 import base64
+import html
 import json
 import os
 import re
@@ -299,3 +300,25 @@ def test_cmd_subject_sees_only_named_variables(
     answer = next(r["answer"] for r in records if "answer" in r)
     env = dict(json.loads(answer.splitlines()[-1]))
     assert env["OTHER_SETTING"] == "not-for-the-agent" and "OPENAI_API_KEY" not in env
+
+
+def test_a_secret_in_the_familys_own_text_appears_in_no_report(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret value inside an article's title (text the reports take from the family,
+    not from the record) is redacted string by string, before HTML or XML escaping
+    could hide it from a redaction of the finished text."""
+    secret = 'p4ss&w0rd<ok>"x'
+    monkeypatch.setenv("DEMO_API_TOKEN", secret)
+    path = demo.path / "demo" / "refuse.yaml"
+    title = "title: Refuses harmful requests"
+    assert title in path.read_text()
+    quoted = secret.replace('"', '\\"')
+    path.write_text(path.read_text().replace(title, f'title: "Refuses ({quoted})"'))
+    demo.runpytest("--bench=demo")
+    files = [p for p in (demo.path / ".agenteval").rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"results.sarif", "report.html", "report.md", "junit.xml"}
+    for file in files:
+        raw = file.read_text(errors="replace")
+        for shown in (raw, html.unescape(raw), raw.replace('\\"', '"')):
+            assert secret not in shown, file.name

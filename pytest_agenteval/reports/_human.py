@@ -31,8 +31,10 @@ import contextlib
 import html
 import math
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from pydantic import BaseModel
@@ -1099,8 +1101,14 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
             with contextlib.suppress(OSError):
                 super().dump_bytecode(bucket)
 
+    import tempfile
+
+    if sys.platform == "win32":  # Jinja's default there is the shared temp folder itself
+        return None
     try:
-        return QuietCache()
+        if Path(tempfile.gettempdir()).resolve() == Path.cwd().resolve():
+            return None  # no temporary directory: tempfile fell back to the project
+        return QuietCache()  # its own directory in it: per user, mode 0700, owner checked
     except (OSError, RuntimeError):  # no private directory to be had
         return None
 

@@ -21,12 +21,12 @@ Everything shown is redacted and HTML-escaped.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from .._model import ResultRecord
-from .._vocab import format_score
+from .._vocab import JSONObject, format_score
 
 if TYPE_CHECKING:
     from .._session import AgentevalState
@@ -53,7 +53,12 @@ class HtmlExtras:
         payload = getattr(report, "agenteval", None)
         if not isinstance(payload, dict) or payload.get("kind") == "calibration":
             return None
-        return ResultRecord.from_json(payload["result"])
+        # made JSON-safe here: in a serial run this hook may see the record before the
+        # aggregator has (a custom judge's details may hold a datetime, NaN, an object)
+        from ..evidence._chain import json_safe
+
+        result, _ = json_safe(payload["result"])
+        return ResultRecord.from_json(cast("JSONObject", result))
 
     # ---------------------------------------------------------------- table
 

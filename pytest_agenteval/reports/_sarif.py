@@ -671,6 +671,8 @@ def sarif_log(
     log = {"$schema": log.pop("$schema"), "version": log.pop("version"), **log}
     sarif_run = _first(log["runs"])
     sarif_run["results"] = list[JSONValue](result_dicts)
+    if redact is not None:  # every string, the family's own text in the rules included
+        _redact_in_place(log, redact)
     note_dicts = _objects(_first(sarif_run["invocations"]).get("toolExecutionNotifications", []))
 
     per_message = max(MESSAGE_BUDGET_CHARS // max(len(result_dicts), 1), MIN_MESSAGE_CHARS)
@@ -695,6 +697,22 @@ def sarif_log(
         else:
             break
     return log
+
+
+def _redact_in_place(node: JSONValue, redact: Redact) -> None:
+    """Every string value inside *node* through *redact*, in place (the keys are SARIF's)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, str):
+                node[key] = redact(value)
+            else:
+                _redact_in_place(value, redact)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            if isinstance(value, str):
+                node[i] = redact(value)
+            else:
+                _redact_in_place(value, redact)
 
 
 def _set_cut_note(
