@@ -2,7 +2,7 @@
 
 An item's setup asks :meth:`Grader.grade` for its grade: the scheduler has
 usually started it already, while earlier items were reported. The grade
-becomes the item's record (:func:`item_record`'s plain JSON), which travels
+becomes the item's record (plain JSON), which travels
 on the item's report to wherever the
 :class:`~pytest_agenteval._aggregator.Aggregator` is. Records of items that
 never graded (a raising fixture, a crashed worker) come from

@@ -46,7 +46,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,6 @@ from ._text import terminal_safe
 if TYPE_CHECKING:
     from ._session import AgentevalState
 
-MODES = ("auto", "line", "plain", "off")
 #: The progress of this process's run (serial, or the xdist controller), when it shows one.
 PROGRESS: pytest.StashKey[Progress] = pytest.StashKey()
 #: The most a status line is redrawn per second.
@@ -459,12 +458,7 @@ class Progress:
         reporter = self.reporter
         if reporter is None:
             return
-        capman = self.config.pluginmanager.get_plugin("capturemanager")
-        quiet = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-        with quiet:
-            reporter.ensure_newline()  # pytest's file line: it starts it again after ours
-            if self.config.get_terminal_writer().width_of_current_line:
-                reporter.write("\n")  # xdist's dots, which have no file line
+        with on_own_line(self.config, reporter):
             reporter.write_line(terminal_safe(text))
 
     def stop(self) -> None:
@@ -478,6 +472,19 @@ class Progress:
 
 
 # --------------------------------------------------------------------------- pytest glue
+
+
+@contextlib.contextmanager
+def on_own_line(config: pytest.Config, reporter: Any) -> Iterator[None]:
+    """Write to pytest's terminal *reporter* from anywhere in the run, an item's setup
+    included (outside output capture), starting on a line of its own."""
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    quiet = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with quiet:
+        reporter.ensure_newline()  # pytest's file line: it starts it again after ours
+        if config.get_terminal_writer().width_of_current_line:
+            reporter.write("\n")  # xdist's dots, which have no file line
+        yield
 
 
 def progress_mode(config: pytest.Config) -> tuple[str, bool]:
@@ -550,7 +557,6 @@ class ProgressPlugin:
 
 
 __all__ = [
-    "MODES",
     "PROGRESS",
     "Progress",
     "ProgressPlugin",

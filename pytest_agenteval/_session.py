@@ -604,14 +604,10 @@ class AgentevalState:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
-        capman = self.config.pluginmanager.get_plugin("capturemanager")
-        # called during an item's setup, where output is captured: step outside it
-        quiet = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        from ._progress import on_own_line
+
         fspath = getattr(reporter, "currentfspath", None)
-        with quiet:
-            reporter.ensure_newline()
-            if self.config.get_terminal_writer().width_of_current_line:
-                reporter.write("\n")  # after xdist's dots, which have no file line
+        with on_own_line(self.config, reporter):  # called during an item's setup, too
             reporter.write_line(line, yellow="1 call in flight" in line)
             if isinstance(fspath, Path):
                 # pytest writes the item's result letter next: give it back its "path " prefix

@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import pytest
 
@@ -173,6 +173,10 @@ def choice(
     )
 
 
+#: --agenteval-progress: ``auto`` is a line on a terminal, plain lines otherwise
+ProgressMode = Literal["auto", "line", "plain", "off"]
+PROGRESS_MODES: tuple[ProgressMode, ...] = get_args(ProgressMode)
+
 MAX_SAMPLES = 50  # as a preset's samples: N
 
 
@@ -224,7 +228,7 @@ class RunSettings:
     pairwise: str | None = None
     pairwise_swap: float | None = None
     pairwise_seed: int | None = None
-    progress: Literal["auto", "line", "plain", "off"] = "auto"
+    progress: ProgressMode = "auto"
     progress_explicit: bool = False
     judge_batch: bool = False
     judge_batch_poll_s: float = 30.0
@@ -263,9 +267,7 @@ class RunSettings:
             else None
         )
         progress_raw = raw(config, "agenteval_progress")
-        progress: Literal["auto", "line", "plain", "off"] = choice(
-            config, "agenteval_progress", ("auto", "line", "plain", "off"), "auto"
-        )
+        progress = choice(config, "agenteval_progress", PROGRESS_MODES, "auto")
         batch_flag = raw(config, "agenteval_judge_batch")
         baseline = raw(config, "agenteval_baseline")
         pairwise = raw(config, "agenteval_pairwise")

@@ -128,14 +128,10 @@ def _clean_model(model: _Model, clean: Callable[[str], str]) -> _Model:
     return model.model_copy(update=update)
 
 
-def _deep_clean(model: _Model, redact: Redact | None = None) -> _Model:
-    return _clean_model(model, _cleaner(redact))
-
-
 def clean_for_report(model: _Model, redact: Redact | None = None) -> _Model:
     """*model* with every string redacted (with *redact*) and made safe to show, once:
     the renderers take ``assume_clean=True`` for what went through here."""
-    return _deep_clean(model, redact)
+    return _clean_model(model, _cleaner(redact))
 
 
 def shown_record(record: ReportRecord) -> ReportRecord:
@@ -885,12 +881,12 @@ def build_view(
     """The data both reports show, cleaned, ordered and formatted-ready.
 
     ``assume_clean``: *summary*, *records* and *calibration* already went
-    through :func:`_deep_clean` (render_markdown builds several views of one input).
+    through :func:`clean_for_report` (render_markdown builds several views of one input).
     """
-    s = summary if assume_clean else _deep_clean(summary, redact)
-    recs = records if assume_clean else [_deep_clean(r, redact) for r in records]
+    s = summary if assume_clean else clean_for_report(summary, redact)
+    recs = records if assume_clean else [clean_for_report(r, redact) for r in records]
     if calibration is not None and not assume_clean:
-        calibration = _deep_clean(calibration, redact)
+        calibration = clean_for_report(calibration, redact)
     root = s.nodes[0] if s.nodes else None
 
     table: list[NodeRow] = []
@@ -1084,10 +1080,11 @@ def md_bar(value: object, width: int = 10) -> str:
 # --------------------------------------------------------------------------- rendering
 
 
-@lru_cache(maxsize=1)
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Jinja's file cache of compiled templates, or none: a cache that cannot be read or
     written (no temporary directory, a full disk, a damaged file) only costs the compile."""
+    import tempfile
+
     import jinja2
 
     class QuietCache(jinja2.FileSystemBytecodeCache):
@@ -1100,8 +1097,6 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
         def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
             with contextlib.suppress(OSError):
                 super().dump_bytecode(bucket)
-
-    import tempfile
 
     if sys.platform == "win32":  # Jinja's default there is the shared temp folder itself
         return None
@@ -1178,10 +1173,10 @@ def render_markdown(
     ]
     text = ""
     if not assume_clean:
-        summary = _deep_clean(summary, redact)
-        records = [_deep_clean(r, redact) for r in records]
+        summary = clean_for_report(summary, redact)
+        records = [clean_for_report(r, redact) for r in records]
         if calibration is not None:
-            calibration = _deep_clean(calibration, redact)
+            calibration = clean_for_report(calibration, redact)
     for i, (limit, answers, max_failed, max_warned) in enumerate(steps):
         view = build_view(
             summary, records, calibration=calibration, answer_limit=limit, assume_clean=True
@@ -1481,8 +1476,8 @@ def build_calibration_view(
     redact: Redact | None = None,
 ) -> CalibrationView:
     """What both calibration reports show: cleaned, formatted-ready, one view for both."""
-    s = _deep_clean(summary, redact)
-    cal = _deep_clean(calibration, redact)
+    s = clean_for_report(summary, redact)
+    cal = clean_for_report(calibration, redact)
     base = _calibration_view(cal)
     rows = [_cal_row(k, v) for k, v in cal.pillars.items()]
     overall = _cal_row("overall", cal.overall)
