@@ -36,6 +36,7 @@ from .evidence._run_dir import RunRecorder
 if TYPE_CHECKING:
     from ._calibration import CalibrationReportDoc, CalibrationSummaryDoc
     from ._session import AgentevalState
+    from .reports._stream import ReportStream
 
 
 @dataclass
@@ -50,6 +51,10 @@ class Collected:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorder: RunRecorder | None = None
     condition: str | None = None
+    #: the reports, fed as records arrive; None once a node id reported twice (the
+    #: reports are then built at the end from ``records``, where the last report wins)
+    stream: ReportStream | None = None
+    streaming: bool = True
 
 
 @dataclass
@@ -275,8 +280,34 @@ class Aggregator:
         bucket.leaves.setdefault(payload["scenario_id"], {})[int(payload.get("sample") or 0)] = (
             result
         )
-        bucket.records[payload["nodeid"]] = lean
+        nodeid = payload["nodeid"]
+        if nodeid in bucket.records:  # reported again (a rerun plugin): the last one counts
+            self._stop_streaming(bucket)
+        bucket.records[nodeid] = lean
+        if bucket.streaming:
+            self._stream_of(bucket).add(lean)
         return lean
+
+    def _stream_of(self, bucket: Collected) -> ReportStream:
+        if bucket.stream is None:
+            from ._prcheck import repo_root
+            from .reports._stream import ReportStream
+
+            bucket.stream = ReportStream(
+                self._plan_for(bucket),
+                bucket.subject,
+                repo_root(Path(self.run.config.rootpath)),
+                self.run.redactor.text,
+            )
+            self.run.config.add_cleanup(bucket.stream.close)
+        return bucket.stream
+
+    @staticmethod
+    def _stop_streaming(bucket: Collected) -> None:
+        bucket.streaming = False
+        if bucket.stream is not None:
+            bucket.stream.close()
+            bucket.stream = None
 
     def _account_for_missing(self, interrupted: bool) -> None:
         """Every collected item gets an outcome: those without one become errors."""
@@ -443,26 +474,26 @@ class Aggregator:
         summary: dict[str, Any],
         interrupted: bool,
     ) -> None:
-        from pydantic import ValidationError
-
         from . import __version__
-        from ._model import ReportRecord, RunHeader, RunSummary, SourceLocation
-        from ._prcheck import bundled_location, repo_root
-        from .evidence._chain import json_safe_record
-        from .evidence._run_dir import report_records
+        from ._model import RunHeader, RunSummary, SourceLocation
+        from ._prcheck import bundled_location
         from .reports._human import clean_for_report, render_html, render_markdown, shown_record
-        from .reports._junit import junit_xml
-        from .reports._sarif import sarif_json
 
-        records = []
-        for payload in report_records(
-            plan, bucket.records.values(), repo_root(Path(self.run.config.rootpath))
-        ):
-            try:
-                records.append(ReportRecord.from_json(payload))
-            except ValidationError:  # a value JSON cannot hold (an agent's own object)
-                # made JSON-safe as the evidence keeps it; only then: the walk costs ~0.1 ms
-                records.append(ReportRecord.from_json(json_safe_record(payload)))
+        if bucket.streaming:
+            stream = self._stream_of(bucket)
+        else:  # a node id reported twice: the reports from the records kept, last one winning
+            from ._prcheck import repo_root
+            from .reports._stream import ReportStream
+
+            stream = bucket.stream = ReportStream(
+                plan,
+                bucket.subject,
+                repo_root(Path(self.run.config.rootpath)),
+                self.run.redactor.text,
+            )
+            self.run.config.add_cleanup(stream.close)
+            for lean in bucket.records.values():
+                stream.add(lean)
         run_summary = RunSummary.from_json(summary)
         # where a bundled family's findings show in code scanning (its files are not in
         # the repository): the pytest configuration that runs it
@@ -482,22 +513,23 @@ class Aggregator:
             interrupted=interrupted,
             bundled_location=None if bundled is None else SourceLocation.from_json(bundled),
         )
-        redact = self.run.redactor.text
-        recorder.write_bytes("junit.xml", junit_xml(records, run, redact=redact))
-        recorder.write_bytes("results.sarif", sarif_json(records, run, redact=redact))
+        recorder.write_with("junit.xml", lambda out: stream.write_junit(out, run))
+        recorder.write_bytes("results.sarif", stream.sarif_bytes(run))
         # the human reports show less of each record: each full one goes as its shown copy
         # comes, cleaned and redacted once for both reports, string by string before any
         # escaping (the family's own text joined the records since RunRecorder.add)
-        shown = records
+        redact = self.run.redactor.text
+        shown = stream.shown
         for i, record in enumerate(shown):
             shown[i] = clean_for_report(shown_record(record), redact)
-        del records
         clean_summary = clean_for_report(run_summary, redact)
+        usage = stream.usage.view()
         self._write_human_reports(
             recorder,
-            render_markdown(clean_summary, shown, assume_clean=True),
-            render_html(clean_summary, shown, assume_clean=True),
+            render_markdown(clean_summary, shown, assume_clean=True, usage=usage),
+            render_html(clean_summary, shown, assume_clean=True, usage=usage),
         )
+        stream.close()
 
     def _write_human_reports(self, recorder: RunRecorder, md: str, html: str) -> None:
         """report.md and report.html, redacted once more as whole texts."""

@@ -71,21 +71,22 @@ BARE = textwrap.dedent(
 )
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
-    start = time.perf_counter()
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """(start, end, elapsed) of one whole process, on the clock the server stamps with."""
+    start = time.monotonic()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    elapsed = time.perf_counter() - start
+    end = time.monotonic()
     if proc.returncode not in (0, 1):
         sys.exit(f"{cmd[:4]} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return elapsed, proc.stdout
+    return start, end, end - start
 
 
-def calls_span(server: FakeLLMServer, since: int, latency: float) -> float:
-    """First request received to last answer sent (received + latency), in seconds."""
+def calls_span(server: FakeLLMServer, since: int, latency: float) -> tuple[float, float]:
+    """(first request received, last answer sent = received + latency)."""
     seen = server.requests[since:]
     if not seen:
-        return float("nan")
-    return max(r.received_at for r in seen) + latency - min(r.received_at for r in seen)
+        return float("nan"), float("nan")
+    return min(r.received_at for r in seen), max(r.received_at for r in seen) + latency
 
 
 def main() -> int:
@@ -116,8 +117,11 @@ def main() -> int:
             order = [("pytest", plugin), ("bare", bare)]
             for name, cmd in order if i % 2 == 0 else order[::-1]:
                 before = server.count("openai")
-                row[name], _ = run(cmd, work, env)
-                row[f"{name}_calls"] = calls_span(server, before, args.latency)
+                start, end, row[name] = run(cmd, work, env)
+                first, last = calls_span(server, before, args.latency)
+                row[f"{name}_calls"] = last - first
+                row[f"{name}_before"] = first - start
+                row[f"{name}_after"] = end - last
                 got = server.count("openai") - before
                 if got != args.scenarios:
                     sys.exit(f"{name}: the server saw {got} calls, expected {args.scenarios}")
@@ -140,6 +144,10 @@ def main() -> int:
         "ratio_calls": round(
             statistics.median(r["pytest_calls"] / r["bare_calls"] for r in rows), 3
         ),
+        "pytest_before_first_call_s": med("pytest_before"),
+        "bare_before_first_call_s": med("bare_before"),
+        "pytest_after_last_call_s": med("pytest_after"),
+        "bare_after_last_call_s": med("bare_after"),
         "ratios_whole_each": [round(r["pytest"] / r["bare"], 3) for r in rows],
     }
     print(json.dumps(report, indent=2))

@@ -10,6 +10,7 @@ limits row 11; the redaction hook row 14.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import xml.etree.ElementTree as StdET
@@ -756,3 +757,49 @@ def test_sarif_flagged_error_notification_carries_the_flag() -> None:
     rec = flagged(record("t-err", "error", article="disclosure", error="judge timeout"))
     (note,) = notifications(sarif_log([rec], RUN))
     assert note["properties"]["injectionSuspected"] is True
+
+
+# --------------------------------------------------------------------------- as records arrive
+
+
+def test_sarif_input_holds_findings_and_errors_not_the_passes() -> None:
+    """Gathered one record at a time, the SARIF input keeps a pass only as its control's
+    first record (for the rule) or when it was flagged, and gives the same log."""
+    passes = [record(f"s-ok-{i}", "pass") for i in range(40)]
+    recs = typed([*passes[:20], *mixed(), flagged(record("s-inj", "pass")), *passes[20:]])
+    inputs = _sarif.SarifInput.of(recs)
+    kept = [r for _, r in inputs.findings] + inputs.errors + list(inputs.first_of_control.values())
+    kept_passes = {r.scenario_id for r in kept if r.result.verdict == "pass"}
+    assert kept_passes <= {"s-ok-0", "s-inj"}  # the first of its control, and the flagged one
+    assert inputs.counts == {"pass": 42, "warn": 2, "fail": 4, "error": 1, "skipped": 1}
+    assert inputs.flagged == 1
+    run = RunHeader.from_json(RUN)
+    assert _sarif.sarif_json(inputs, run) == _sarif.sarif_json(recs, run)
+
+
+def test_reports_show_in_full_only_what_is_not_a_quiet_pass() -> None:
+    from pytest_agenteval.reports._stream import shown_in_reports
+
+    recs = typed([*mixed(), flagged(record("s-inj", "pass")), flagged(record("s-ok", "pass"), [])])
+    assert {r.scenario_id for r in recs if shown_in_reports(r)} == {
+        r["scenario_id"] for r in mixed() if r["result"]["verdict"] != "pass"
+    } | {"s-inj"}
+
+
+def test_junit_stream_spools_each_record_and_writes_the_same_document(
+    junit_schema: Any,
+) -> None:
+    """Entries go to spool files as each record comes; two families keep their suites."""
+    recs = typed([*mixed(), record("other-1", "fail", family="other"), record("s-late", "pass")])
+    run = RunHeader.from_json(RUN)
+    with _junit.JunitStream(family=run.family, subject=run.subject) as stream:
+        for rec in recs:
+            stream.add(rec)
+        (suite,) = [s for f, s in stream._suites.items() if f == FAMILY]
+        assert suite.cases.tell() > 0 and suite.tests == len(recs) - 1  # written, not held
+        out = io.BytesIO()
+        stream.write(out, run)
+    doc = parse_junit(out.getvalue(), junit_schema)
+    assert [s.get("name") for s in doc.iter("testsuite")] == [FAMILY, "other"]
+    assert [c.get("name") for c in doc.iter("testcase")][-2:] == ["s-late", "other-1"]
+    assert out.getvalue() == _junit.junit_xml(recs, run)

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import shutil
+import xml.etree.ElementTree as StdET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,45 @@ def test_junit_and_sarif_validate_against_the_schemas(demo: pytest.Pytester) -> 
         result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "demo/extra.yaml"
     )
     assert (demo.path / "pytest-own.xml").exists()  # pytest's own --junitxml still works
+    assert verify_run(d).ok
+
+
+REPORT_TWICE = """
+import pytest
+
+_again = set()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    # what a rerun plugin does: the same item reports its call a second time
+    if report.when == "call" and report.nodeid.endswith("demo-extra-001") and not _again:
+        _again.add(report.nodeid)
+        pytest_runtest_logreport.config.hook.pytest_runtest_logreport(report=report)
+
+
+def pytest_configure(config):
+    pytest_runtest_logreport.config = config
+"""
+
+
+def test_an_item_reported_twice_is_one_entry_in_every_report(demo: pytest.Pytester) -> None:
+    """The reports are written as the records arrive; an item that reports again (a rerun)
+    replaces its first report in them, as in the tree, while the evidence keeps both."""
+    demo.makeconftest(SUBJECT + REPORT_TWICE)
+    demo.runpytest("--bench=demo", "--preset=standard")
+    d = run_dir(demo)
+    nodeids = [r["nodeid"] for r in item_records(d)]
+    assert len(nodeids) == 5 and len(set(nodeids)) == 4  # the evidence keeps both reports
+    junit = StdET.parse(d / "junit.xml").getroot()
+    names = [str(c.get("name")) for c in junit.iter("testcase")]
+    assert sorted(names) == sorted(set(names)) and len(names) == 4
+    assert junit.get("tests") == "4"
+    summary = json.loads((d / "summary.json").read_text())
+    sarif = json.loads((d / "results.sarif").read_text(encoding="utf-8"))
+    counts = sarif["runs"][0]["invocations"][0]["properties"]["items"]
+    assert sum(counts.values()) == 4
+    assert counts["fail"] == summary["items"]["failed"] == len(sarif["runs"][0]["results"])
     assert verify_run(d).ok
 
 

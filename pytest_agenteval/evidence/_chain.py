@@ -116,7 +116,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import NoReturn, SupportsIndex, TypeGuard, TypeVar, cast
+from typing import BinaryIO, NoReturn, SupportsIndex, TypeGuard, TypeVar, cast
 
 import rfc8785
 
@@ -605,15 +605,20 @@ def write_file_atomic(path: Path, data: bytes) -> None:
     created. Other writers call this for their files before
     :meth:`EvidenceWriter.finalize`, so SHA256SUMS covers them.
     """
+    write_file_atomic_with(path, lambda out: _write_all(out.fileno(), data))
+
+
+def write_file_atomic_with(path: Path, fill: Callable[[BinaryIO], object]) -> None:
+    """:func:`write_file_atomic` for a file written in pieces: *fill* writes into the
+    temporary file (a report streamed from its spool never exists whole in memory)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp_beside(path)
     try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with os.fdopen(fd, "wb") as out:
+            fill(out)
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .._evals import EvalResult, injection_suspected, round_score
-from .._family import Plan
+from .._family import Article, Plan
 from .._vocab import VERDICTS, JSONObject
 from ._chain import (
     EvidenceWriter,
@@ -35,6 +35,7 @@ from ._chain import (
     json_safe_record,
     sha256_hex,
     write_file_atomic,
+    write_file_atomic_with,
 )
 
 if TYPE_CHECKING:
@@ -397,37 +398,42 @@ def _reported_result(node: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def report_records(
-    plan: Plan, payloads: Iterable[dict[str, Any]], rootdir: Path
-) -> Iterator[dict[str, Any]]:
-    """Item payloads enriched with the article and a repository-relative location, one at
-    a time (a caller that keeps less of each record never holds every enriched copy)."""
-    articles = {a.control_id: a for a in plan.family.articles}
-    scenarios = {
-        (a.control_id, s.id): s for a in plan.family.articles for s in a.scenarios
-    }  # one lookup per record: 10,000 records of one article must not scan it 10,000 times
-    root = rootdir.resolve()
-    files: dict[str, tuple[str, bool]] = {}  # control id -> (shown path, bundled), once each
-    for payload in payloads:
+class ReportEnricher:
+    """Item payloads enriched, one at a time, with the article and a repository-relative
+    location (what the JUnit, SARIF and human reports read of each record)."""
+
+    def __init__(self, plan: Plan, rootdir: Path) -> None:
+        self.plan = plan
+        self.articles = {a.control_id: a for a in plan.family.articles}
+        # one lookup per record: 10,000 records of one article must not scan it 10,000 times
+        self.scenarios = {
+            (a.control_id, s.id): s for a in plan.family.articles for s in a.scenarios
+        }
+        self.root = rootdir.resolve()
+        self.files: dict[str, tuple[str, bool]] = {}  # control id -> (shown path, bundled)
+
+    def _file(self, art: Article) -> tuple[str, bool]:
+        if art.control_id not in self.files:
+            try:
+                shown = (art.path.resolve().relative_to(self.root).as_posix(), False)
+            except ValueError:
+                family = self.plan.family
+                shown = (f"{family.name}/{art.path.relative_to(family.root).as_posix()}", True)
+            self.files[art.control_id] = shown
+        return self.files[art.control_id]
+
+    def __call__(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         meta = payload["result"].get("meta", {})
-        art = articles.get(meta.get("control_id", ""))
+        art = self.articles.get(meta.get("control_id", ""))
         record = dict(payload)
         record.pop("family_root", None)
         record["result"] = _reported_result(payload["result"])
         if art is not None:
-            if art.control_id not in files:
-                try:
-                    files[art.control_id] = (art.path.resolve().relative_to(root).as_posix(), False)
-                except ValueError:
-                    shown = (
-                        f"{plan.family.name}/{art.path.relative_to(plan.family.root).as_posix()}"
-                    )
-                    files[art.control_id] = (shown, True)
-            record["file"], bundled = files[art.control_id]
+            record["file"], bundled = self._file(art)
             if bundled:
                 record["bundled"] = True  # not a file of the repository (SARIF locates it apart)
             record["line"] = art.lines.get(payload["scenario_id"])
-            scenario = scenarios.get((art.control_id, payload["scenario_id"]))
+            scenario = self.scenarios.get((art.control_id, payload["scenario_id"]))
             declared = (scenario.severity if scenario is not None else None) or art.meta.severity
             record["declared_severity"] = declared
             record["article"] = {
@@ -437,7 +443,17 @@ def report_records(
                 "severity": art.meta.severity,
                 "pillar": art.meta.pillar,
             }
-        yield record
+        return record
+
+
+def report_records(
+    plan: Plan, payloads: Iterable[dict[str, Any]], rootdir: Path
+) -> Iterator[dict[str, Any]]:
+    """Item payloads enriched (:class:`ReportEnricher`), one at a time (a caller that keeps
+    less of each record never holds every enriched copy)."""
+    enrich = ReportEnricher(plan, rootdir)
+    for payload in payloads:
+        yield enrich(payload)
 
 
 PROMPTS_DIR = "judge-prompts"
@@ -599,6 +615,10 @@ class RunRecorder:
 
     def write_bytes(self, name: str, data: bytes) -> None:
         write_file_atomic(self.run_dir / name, data)
+
+    def write_with(self, name: str, fill: Callable[[BinaryIO], object]) -> None:
+        """A file of the run directory written in pieces by *fill* (atomically, as the rest)."""
+        write_file_atomic_with(self.run_dir / name, fill)
 
     def finalize(self, *, interrupted: bool, not_evaluated: int) -> str:
         return self.writer.finalize(interrupted=interrupted, not_evaluated=not_evaluated)

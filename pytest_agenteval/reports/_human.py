@@ -68,6 +68,7 @@ __all__ = [
     "ANSWER_LIMIT",
     "DISCLAIMER",
     "MARKDOWN_BUDGET",
+    "UsageTally",
     "build_calibration_view",
     "build_view",
     "clean_for_report",
@@ -502,46 +503,63 @@ def _judge_usage(result: ResultRecord) -> tuple[int, int]:
     return sum(p for p, _ in pairs), sum(c for _, c in pairs)
 
 
-def _usage_view(records: Sequence[ReportRecord]) -> UsageView:
-    subject = [0, 0]
-    judge = [0, 0]
-    costs: list[float] = []
-    subject_s = judge_s = 0.0
-    with_usage = 0
-    for rec in records:
+class UsageTally:
+    """Tokens, cost and time of a run's records, summed one record at a time (the usage
+    section covers every record, the scenario cards only those shown)."""
+
+    def __init__(self) -> None:
+        self.subject = [0, 0]
+        self.judge = [0, 0]
+        self.costs: list[float] = []
+        self.subject_s = self.judge_s = 0.0
+        self.with_usage = 0
+        self.records = 0
+
+    def add(self, rec: ReportRecord) -> None:
+        self.records += 1
         sp, sc = _usage_pair(rec.usage)
         jp, jc = _judge_usage(rec.result)
         if sp or sc or jp or jc:
-            with_usage += 1
-        subject[0] += sp
-        subject[1] += sc
-        judge[0] += jp
-        judge[1] += jc
+            self.with_usage += 1
+        self.subject[0] += sp
+        self.subject[1] += sc
+        self.judge[0] += jp
+        self.judge[1] += jc
         # The record's cost is the run's own total for the item; the judge's, a fallback.
         cost = _num(rec.cost.total.usd) if rec.cost is not None else None
         if cost is None:
             cost = _cost_value(rec.result.meta.cost)
         if cost is not None:
-            costs.append(cost)
+            self.costs.append(cost)
         if rec.timings is not None:
-            subject_s += _num(rec.timings.subject_s) or 0.0
-            judge_s += _num(rec.timings.judge_s) or 0.0
-    rows: list[UsageRow] = [
-        {"who": who, "prompt": p, "completion": c, "total": p + c}
-        for who, (p, c) in (("Subject (agent under test)", subject), ("Judge", judge))
-    ]
-    return {
-        "rows": rows,
-        "prompt": subject[0] + judge[0],
-        "completion": subject[1] + judge[1],
-        "total": sum(subject) + sum(judge),
-        "records": len(records),
-        "with_usage": with_usage,
-        "cost": sum(costs) if costs else None,
-        "cost_records": len(costs),
-        "subject_s": subject_s,
-        "judge_s": judge_s,
-    }
+            self.subject_s += _num(rec.timings.subject_s) or 0.0
+            self.judge_s += _num(rec.timings.judge_s) or 0.0
+
+    def view(self) -> UsageView:
+        subject, judge = self.subject, self.judge
+        rows: list[UsageRow] = [
+            {"who": who, "prompt": p, "completion": c, "total": p + c}
+            for who, (p, c) in (("Subject (agent under test)", subject), ("Judge", judge))
+        ]
+        return {
+            "rows": rows,
+            "prompt": subject[0] + judge[0],
+            "completion": subject[1] + judge[1],
+            "total": sum(subject) + sum(judge),
+            "records": self.records,
+            "with_usage": self.with_usage,
+            "cost": sum(self.costs) if self.costs else None,
+            "cost_records": len(self.costs),
+            "subject_s": self.subject_s,
+            "judge_s": self.judge_s,
+        }
+
+
+def _usage_view(records: Sequence[ReportRecord]) -> UsageView:
+    tally = UsageTally()
+    for rec in records:
+        tally.add(rec)
+    return tally.view()
 
 
 class _Place(TypedDict):
@@ -877,11 +895,14 @@ def build_view(
     answer_limit: int = ANSWER_LIMIT,
     redact: Redact | None = None,
     assume_clean: bool = False,
+    usage: UsageView | None = None,
 ) -> ReportView:
     """The data both reports show, cleaned, ordered and formatted-ready.
 
     ``assume_clean``: *summary*, *records* and *calibration* already went
     through :func:`clean_for_report` (render_markdown builds several views of one input).
+    ``usage``: the run's usage summed over every record (:class:`UsageTally`) when
+    *records* are only those the reports show; by default, summed over *records*.
     """
     s = summary if assume_clean else clean_for_report(summary, redact)
     recs = records if assume_clean else [clean_for_report(r, redact) for r in records]
@@ -996,7 +1017,7 @@ def build_view(
         "errors": errors,
         "skipped": skipped,
         "any_na": any(sc["na"] for sc in failed + warned),
-        "usage": _usage_view(recs),
+        "usage": _usage_view(recs) if usage is None else usage,
         "lineage": [
             ("Run id", s.run_id or "—"),
             ("Started", s.started_at or "—"),
@@ -1153,6 +1174,7 @@ def render_markdown(
     calibration: CalibrationReport | None = None,
     redact: Redact | None = None,
     assume_clean: bool = False,
+    usage: UsageView | None = None,
 ) -> str:
     """``report.md``: GitHub-flavoured Markdown, sized to fit a PR comment or job summary.
 
@@ -1179,7 +1201,12 @@ def render_markdown(
             calibration = clean_for_report(calibration, redact)
     for i, (limit, answers, max_failed, max_warned) in enumerate(steps):
         view = build_view(
-            summary, records, calibration=calibration, answer_limit=limit, assume_clean=True
+            summary,
+            records,
+            calibration=calibration,
+            answer_limit=limit,
+            assume_clean=True,
+            usage=usage,
         )
         text = template.render(
             v=view,
@@ -1200,10 +1227,16 @@ def render_html(
     calibration: CalibrationReport | None = None,
     redact: Redact | None = None,
     assume_clean: bool = False,
+    usage: UsageView | None = None,
 ) -> str:
     """``report.html``: one self-contained page (inline CSS and SVG, no script, no network)."""
     view = build_view(
-        summary, records, calibration=calibration, redact=redact, assume_clean=assume_clean
+        summary,
+        records,
+        calibration=calibration,
+        redact=redact,
+        assume_clean=assume_clean,
+        usage=usage,
     )
     return _environment().get_template("report.html.j2").render(v=view)
 

@@ -68,9 +68,13 @@ at *max_text_chars* with a marker saying how many characters were cut.
 
 from __future__ import annotations
 
+import io
 import math
+import shutil
+import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
+from typing import IO
 
 from .._model import ArticleRef, ReportRecord, ResultMeta, ResultRecord, RunHeader
 from .._text import as_text, clip, visible_escape
@@ -78,6 +82,7 @@ from .._vocab import VERDICTS, Verdict
 
 __all__ = [
     "DEFAULT_MAX_TEXT_CHARS",
+    "JunitStream",
     "article_of",
     "as_text",
     "case_name",
@@ -327,21 +332,21 @@ def _section(text: _Text, title: str, body: str | None) -> str:
 
 def _testcase(
     text: _Text,
-    suite: ET.Element,
-    props: ET.Element,
     record: ReportRecord,
     run: RunHeader,
     family: str,
-) -> None:
+) -> tuple[ET.Element, list[ET.Element]]:
+    """One record's ``<testcase>`` and its ``<property>`` entries (for the suite's
+    ``<properties>``), as detached elements."""
     result = record.result
     verdict = verdict_of(record)
     name = text.line(case_name(record))
     classname = text.line(f"{family}.{pillar_of(record)}.{control_of(record)}")
-    case = ET.SubElement(
-        suite,
+    case = ET.Element(
         "testcase",
         {"classname": classname, "name": name, "time": _time_attr(_duration(record))},
     )
+    props: list[ET.Element] = []
     status = _status_line(record)
     header = _header(record, run)
     reasoning = result.reasoning
@@ -382,7 +387,7 @@ def _testcase(
         ET.SubElement(case, "system-err").text = text(f"ERROR: {result.error or 'no verdict'}")
 
     def prop(key: str, value: object) -> None:
-        ET.SubElement(props, "property", {"name": f"{name}.{key}", "value": text.line(value)})
+        props.append(ET.Element("property", {"name": f"{name}.{key}", "value": text.line(value)}))
 
     prop("verdict", verdict)
     prop("score", score_text(result.score))
@@ -396,6 +401,7 @@ def _testcase(
         prop("file", file)
     if line is not None:
         prop("line", line)
+    return case, props
 
 
 def _run_properties(text: _Text, props: ET.Element, run: RunHeader) -> None:
@@ -417,8 +423,130 @@ def _run_properties(text: _Text, props: ET.Element, run: RunHeader) -> None:
     prop("tool_version", run.tool_version)
 
 
+class _Suite:
+    """One family's ``<testsuite>`` as its records arrive: its counts in memory, its
+    ``<property>`` and ``<testcase>`` entries serialized into two spool files."""
+
+    def __init__(self) -> None:
+        self.tests = 0
+        self.counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+        self.seconds: list[float] = []
+        # closed by close(), when the run directory is written or the session ends
+        self.props: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self.cases: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+
+    def close(self) -> None:
+        self.props.close()
+        self.cases.close()
+
+
+def _start_tag(tag: str, attrs: dict[str, str]) -> bytes:
+    """``<tag a="...">`` exactly as ElementTree writes it inside a tree."""
+    empty: bytes = ET.tostring(ET.Element(tag, attrs), encoding="utf-8")
+    return empty[: -len(b" />")] + b">"
+
+
+def _copy(spool: IO[bytes], out: IO[bytes]) -> None:
+    spool.seek(0)
+    shutil.copyfileobj(spool, out, 1 << 20)
+
+
+class JunitStream:
+    """``junit.xml`` written as the run goes: each record's entries are serialized when it
+    is added (to spool files, not kept in memory), the whole document when the run ends.
+
+    *family* and *subject* stand in where a record names neither (as ``run.family`` and
+    ``run.subject`` do for :func:`junit_xml`); the run header given to :meth:`write` adds
+    the run's properties and times. The bytes are the same as :func:`junit_xml`'s for the
+    same records in the same order.
+    """
+
+    def __init__(
+        self,
+        *,
+        family: str | None,
+        subject: str | None = None,
+        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+        redact: Redact | None = None,
+    ) -> None:
+        self._text = _Text(max_text_chars, redact)
+        self._stand_in = RunHeader(family=family, subject=subject)
+        self._suites: dict[str, _Suite] = {}
+
+    def add(self, record: ReportRecord) -> None:
+        family = family_of(record, self._stand_in)
+        suite = self._suites.get(family)
+        if suite is None:
+            suite = self._suites[family] = _Suite()
+        case, props = _testcase(self._text, record, self._stand_in, family)
+        for prop in props:
+            suite.props.write(ET.tostring(prop, encoding="utf-8"))
+        suite.cases.write(ET.tostring(case, encoding="utf-8"))
+        suite.tests += 1
+        suite.counts[verdict_of(record)] += 1
+        suite.seconds.append(_duration(record))
+
+    def write(self, out: IO[bytes], run: RunHeader) -> None:
+        """The document, with *run*'s properties and start time, into *out*."""
+        text = self._text
+        totals = dict.fromkeys(("tests", "failures", "errors"), 0)
+        total_time = 0.0
+        suite_seconds = {}
+        for family, suite in self._suites.items():
+            seconds = suite_seconds[family] = math.fsum(suite.seconds)
+            totals["tests"] += suite.tests
+            totals["failures"] += suite.counts["fail"]
+            totals["errors"] += suite.counts["error"]
+            total_time += seconds
+        root = {
+            "name": "pytest-agenteval",
+            **{key: str(value) for key, value in totals.items()},
+            "time": _time_attr(total_time),
+        }
+        out.write(b"<?xml version='1.0' encoding='utf-8'?>\n")
+        if not self._suites:
+            out.write(ET.tostring(ET.Element("testsuites", root), encoding="utf-8"))
+            out.write(b"\n")
+            return
+        out.write(_start_tag("testsuites", root))
+        for family, suite in self._suites.items():
+            attrs = {
+                "name": text.line(family),
+                "tests": str(suite.tests),
+                "failures": str(suite.counts["fail"]),
+                "errors": str(suite.counts["error"]),
+                "skipped": str(suite.counts["skipped"]),
+                "time": _time_attr(suite_seconds[family]),
+            }
+            if run.started_at:
+                attrs["timestamp"] = text.line(run.started_at)
+            out.write(_start_tag("testsuite", attrs))
+            props = ET.Element("properties")
+            _run_properties(text, props, run)
+            run_props = b"".join(ET.tostring(prop, encoding="utf-8") for prop in props)
+            if run_props or suite.props.seek(0, io.SEEK_END):
+                out.write(b"<properties>" + run_props)
+                _copy(suite.props, out)
+                out.write(b"</properties>")
+            else:
+                out.write(b"<properties />")
+            _copy(suite.cases, out)
+            out.write(b"</testsuite>")
+        out.write(b"</testsuites>\n")
+
+    def close(self) -> None:
+        for suite in self._suites.values():
+            suite.close()
+
+    def __enter__(self) -> JunitStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def junit_xml(
-    records: Sequence[ReportRecord],
+    records: Iterable[ReportRecord],
     run: RunHeader,
     *,
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
@@ -430,41 +558,11 @@ def junit_xml(
     ``<testcase>`` per record, in record order. *max_text_chars* caps each
     long text (prompt, answer, failure details); *redact* scrubs every text.
     """
-    text = _Text(max_text_chars, redact)
-    by_family: dict[str, list[ReportRecord]] = {}
-    for record in records:
-        by_family.setdefault(family_of(record, run), []).append(record)
-
-    root = ET.Element("testsuites", {"name": "pytest-agenteval"})
-    totals = dict.fromkeys(("tests", "failures", "errors"), 0)
-    total_time = 0.0
-    for family, members in by_family.items():
-        counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
-        for record in members:
-            counts[verdict_of(record)] += 1
-        seconds = math.fsum(_duration(r) for r in members)
-        attrs = {
-            "name": text.line(family),
-            "tests": str(len(members)),
-            "failures": str(counts["fail"]),
-            "errors": str(counts["error"]),
-            "skipped": str(counts["skipped"]),
-            "time": _time_attr(seconds),
-        }
-        if run.started_at:
-            attrs["timestamp"] = text.line(run.started_at)
-        suite = ET.SubElement(root, "testsuite", attrs)
-        props = ET.SubElement(suite, "properties")
-        _run_properties(text, props, run)
-        for record in members:
-            _testcase(text, suite, props, record, run, family)
-        totals["tests"] += len(members)
-        totals["failures"] += counts["fail"]
-        totals["errors"] += counts["error"]
-        total_time += seconds
-    root.set("tests", str(totals["tests"]))
-    root.set("failures", str(totals["failures"]))
-    root.set("errors", str(totals["errors"]))
-    root.set("time", _time_attr(total_time))
-    data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
-    return data + b"\n"
+    with JunitStream(
+        family=run.family, subject=run.subject, max_text_chars=max_text_chars, redact=redact
+    ) as stream:
+        for record in records:
+            stream.add(record)
+        out = io.BytesIO()
+        stream.write(out, run)
+        return out.getvalue()

@@ -82,7 +82,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePosixPath, PureWindowsPath
 from urllib.parse import quote
 
@@ -131,6 +131,7 @@ __all__ = [
     "GITHUB_MAX_RESULTS",
     "INJECTION_RULE_ID",
     "SARIF_SCHEMA",
+    "SarifInput",
     "fingerprint",
     "level_for",
     "sarif_json",
@@ -306,14 +307,10 @@ def _location(record: ReportRecord, run: RunHeader | None = None) -> Location | 
 
 
 def _rules(
-    records: Sequence[ReportRecord], run: RunHeader
+    seen: Mapping[str, ReportRecord], critical: set[str], run: RunHeader
 ) -> tuple[list[ReportingDescriptor], dict[str, int]]:
-    seen: dict[str, ReportRecord] = {}
-    critical: set[str] = set()
-    for record in records:
-        seen.setdefault(control_of(record), record)
-        if _declared_critical(record):
-            critical.add(control_of(record))
+    """One rule per control, from the first record of each; *critical*: the controls with a
+    scenario of declared critical severity."""
     rules = []
     for control in sorted(seen):
         record = seen[control]
@@ -531,8 +528,49 @@ def _too_big(log: Mapping[str, JSONValue], max_gzip_bytes: int) -> bool:
 # --------------------------------------------------------------------------- the log
 
 
+class SarifInput:
+    """What the log needs of a run's records, gathered one record at a time.
+
+    The first record of each control (its rule), the controls declared critical, the
+    findings (failed, warned, or passed but flagged) and the errors with their place in
+    record order, the verdict counts and the number flagged. A passing record is not
+    kept unless it is the first of its control, so a run's passes are never all held.
+    """
+
+    def __init__(self) -> None:
+        self.first_of_control: dict[str, ReportRecord] = {}
+        self.critical: set[str] = set()
+        self.findings: list[tuple[int, ReportRecord]] = []
+        self.errors: list[ReportRecord] = []
+        self.counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+        self.flagged = 0
+        self._seen = 0
+
+    @classmethod
+    def of(cls, records: Iterable[ReportRecord]) -> SarifInput:
+        inputs = cls()
+        for record in records:
+            inputs.add(record)
+        return inputs
+
+    def add(self, record: ReportRecord) -> None:
+        control = control_of(record)
+        self.first_of_control.setdefault(control, record)
+        if _declared_critical(record):
+            self.critical.add(control)
+        verdict = verdict_of(record)
+        self.counts[verdict] += 1
+        flagged = _flagged(record)
+        self.flagged += flagged
+        if verdict in ("fail", "warn") or (verdict == "pass" and flagged):
+            self.findings.append((self._seen, record))
+        elif verdict == "error":
+            self.errors.append(record)
+        self._seen += 1
+
+
 def sarif_log(
-    records: Sequence[ReportRecord],
+    records: Iterable[ReportRecord] | SarifInput,
     run: RunHeader,
     *,
     max_results: int = GITHUB_MAX_RESULTS,
@@ -541,24 +579,21 @@ def sarif_log(
     max_notifications: int = DEFAULT_MAX_NOTIFICATIONS,
     redact: Redact | None = None,
 ) -> JSONObject:
-    """The run as one SARIF 2.1.0 log (a plain JSON-ready dict). See the module docs."""
-    rules, rule_index = _rules(records, run)
+    """The run as one SARIF 2.1.0 log (a plain JSON-ready dict). See the module docs.
+
+    *records*: the run's records in order, or a :class:`SarifInput` that gathered them.
+    """
+    inputs = records if isinstance(records, SarifInput) else SarifInput.of(records)
+    rules, rule_index = _rules(inputs.first_of_control, inputs.critical, run)
     preset = run.preset
 
-    findings = sorted(
-        (
-            (i, r)
-            for i, r in enumerate(records)
-            if verdict_of(r) in ("fail", "warn") or (verdict_of(r) == "pass" and _flagged(r))
-        ),
-        key=_sort_key,
-    )
+    findings = sorted(inputs.findings, key=_sort_key)
     if any(verdict_of(r) == "pass" for _, r in findings):
         rules.append(_injection_rule())
         rule_index[INJECTION_RULE_ID] = len(rules) - 1
     total_findings = len(findings)
     findings = findings[: max(max_results, 0)]
-    errors = [r for r in records if verdict_of(r) == "error"]
+    errors = inputs.errors
 
     # Converted one by one: 25,000 sarif-om trees never live at once.
     result_dicts: list[JSONObject] = []
@@ -625,9 +660,7 @@ def sarif_log(
             )
         )
 
-    counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
-    for record in records:
-        counts[verdict_of(record)] += 1
+    counts = dict(inputs.counts)
     completed = run.completed and not run.interrupted
     invocation = Invocation(
         execution_successful=completed,
@@ -643,7 +676,7 @@ def sarif_log(
             "score": _score(run.score),
             "completed": completed,
             "items": counts,
-            "injectionSuspected": sum(1 for r in records if _flagged(r)),
+            "injectionSuspected": inputs.flagged,
         },
     )
     version = _field(run.tool_version) or None
@@ -761,7 +794,7 @@ def _set_cut_note(
 
 
 def sarif_json(
-    records: Sequence[ReportRecord],
+    records: Iterable[ReportRecord] | SarifInput,
     run: RunHeader,
     *,
     max_results: int = GITHUB_MAX_RESULTS,
