@@ -1260,3 +1260,25 @@ def test_verify_reads_small_chunks_the_same(
     monkeypatch.setattr(ev, "_CHUNK", 7)  # lines split across many reads
     result = verify_run(run_dir, expect_head=head)
     assert result.ok and result.complete and result.records == 6, result.problems
+
+
+def test_the_evidence_notes_only_conversions_of_the_fields_it_keeps() -> None:
+    from pytest_agenteval.evidence._chain import json_safe_record
+    from pytest_agenteval.evidence._run_dir import evidence_fields
+
+    payload = {
+        "nodeid": "f.yaml::s-1",
+        "answer": "ok",
+        "usage": {"prompt_tokens": 2**60},  # kept: its note stays
+        "mcp_servers": [{"timeout": float("nan")}],  # manifest only: its note goes
+        "family_root": {"odd key": {1, 2}},  # never written
+        "result": {"meta": {"x y": float("inf")}},
+    }
+    record: dict[str, Any] = evidence_fields(json_safe_record(payload))
+    assert "mcp_servers" not in record and "family_root" not in record
+    assert [n["path"] for n in record["converted"]] == [
+        "$.usage.prompt_tokens",
+        '$.result.meta["x y"]',
+    ]
+    quiet = evidence_fields(json_safe_record({"nodeid": "n", "mcp_servers": [float("nan")]}))
+    assert "converted" not in quiet

@@ -968,3 +968,22 @@ def test_a_damaged_template_cache_costs_a_compile_not_the_report(tmp_path: Path)
     cached.write_bytes(cached.read_bytes()[: len(bc_magic) + 1])
     fresh = jinja2.Environment(loader=loader, bytecode_cache=quiet)
     assert fresh.get_template("t").render(x=2) == "2 graded"
+
+
+def test_reports_from_the_shown_records_and_a_tally_are_the_reports_of_all(
+    run: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    """What the aggregator relies on: the records of quiet passes, dropped as they arrive,
+    are not needed; the tree and the usage tally of every record say the same."""
+    from pytest_agenteval.reports._stream import shown_in_reports
+
+    summary, records = run
+    s, recs, _ = _typed(summary, records, None)
+    assert any(r.result.verdict == "pass" for r in recs)
+    tally = _human.UsageTally()
+    for rec in recs:
+        tally.add(rec)
+    shown = [r for r in recs if shown_in_reports(r)]
+    assert len(shown) < len(recs)
+    assert _human.render_html(s, shown, usage=tally.view()) == _human.render_html(s, recs)
+    assert _human.render_markdown(s, shown, usage=tally.view()) == _human.render_markdown(s, recs)

@@ -13,6 +13,7 @@ directory is never reused.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import platform
 import re
@@ -27,8 +28,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .._evals import EvalResult, injection_suspected, round_score
 from .._family import Article, Plan
-from .._vocab import VERDICTS, JSONObject
+from .._vocab import VERDICTS, JSONObject, JSONValue
 from ._chain import (
+    CONVERTED_KEY,
     EvidenceWriter,
     canonical_json,
     json_safe,
@@ -528,6 +530,35 @@ class PromptStore:
         return {**rest, "content_sha256": digest, "content_file": name}
 
 
+def evidence_fields(safe: JSONObject) -> JSONObject:
+    """The fields of a JSON-safe item payload the evidence keeps, with only the
+    ``converted`` notes about those fields (not about one left out, such as ``mcp_servers``)."""
+    record = {key: safe[key] for key in _RECORD_FIELDS if key in safe}
+    notes = record.get(CONVERTED_KEY)
+    if isinstance(notes, list):
+        kept: list[JSONValue] = [n for n in notes if _noted_field(n) in record]
+        if kept:
+            record[CONVERTED_KEY] = kept
+        else:
+            del record[CONVERTED_KEY]
+    return record
+
+
+def _noted_field(note: object) -> str | None:
+    """The record field a ``converted`` note is about: ``n`` of ``$.n.x`` or ``$["n"][0]``."""
+    path = note.get("path") if isinstance(note, dict) else None
+    if not isinstance(path, str):
+        return None
+    if path.startswith("$."):
+        return re.split(r"[.\[]", path[2:], maxsplit=1)[0]
+    if path.startswith('$["'):
+        try:
+            return str(json.JSONDecoder().raw_decode(path, 2)[0])
+        except ValueError:
+            return None
+    return None
+
+
 class RunRecorder:
     """The evidence writer of one family × preset run, on the controller."""
 
@@ -598,14 +629,12 @@ class RunRecorder:
         what the run keeps in memory is then as safe as what it wrote.
         """
         safe = json_safe_record(payload, text=self.redactor.text)
-        record = {key: safe[key] for key in _RECORD_FIELDS if key in safe}
+        record = evidence_fields(safe)
         self.writer.append(self.prompts.shrink(record))
         return safe
 
     def write_json(self, name: str, data: Any) -> None:
         """``data`` as indented JSON, held to the evidence's rule: no NaN, no number beyond 2**53."""
-        import json
-
         clean = self.redactor.data(json_safe(data)[0])
         try:
             raw = (json.dumps(clean, indent=2, ensure_ascii=False) + "\n").encode("utf-8")

@@ -946,7 +946,9 @@ def build_view(
             _scenario_view(rec, nodes.get(sid), place.get(sid, _NOWHERE), answer_limit)
         )
     for sid, node in nodes.items():  # graded leaves whose record was not passed in
-        if sid not in seen:
+        # (a quiet pass is only counted, from the tree: no card shows it)
+        quiet = node.verdict == "pass" and node.injection_suspected is not True
+        if sid not in seen and not quiet:
             scenarios.append(_scenario_view(None, node, place.get(sid, _NOWHERE), answer_limit))
 
     def by_tree(sc: ScenarioView) -> int:
