@@ -285,7 +285,11 @@ class Aggregator:
             self._stop_streaming(bucket)
         bucket.records[nodeid] = lean
         if bucket.streaming:
-            self._stream_of(bucket).add(lean)
+            try:
+                self._stream_of(bucket).add(lean)
+            except Exception:  # a spool file that cannot be written (a full disk):
+                # the run goes on, and its reports are built at the end from the records kept
+                self._stop_streaming(bucket)
         return lean
 
     def _stream_of(self, bucket: Collected) -> ReportStream:
@@ -293,13 +297,15 @@ class Aggregator:
             from ._prcheck import repo_root
             from .reports._stream import ReportStream
 
-            bucket.stream = ReportStream(
+            stream = ReportStream(
                 self._plan_for(bucket),
                 bucket.subject,
                 repo_root(Path(self.run.config.rootpath)),
                 self.run.redactor.text,
+                spool_dir=bucket.recorder.run_dir if bucket.recorder is not None else None,
             )
-            self.run.config.add_cleanup(bucket.stream.close)
+            self.run.config.add_cleanup(stream.close)
+            bucket.stream = stream
         return bucket.stream
 
     @staticmethod
@@ -490,7 +496,7 @@ class Aggregator:
                 bucket.subject,
                 repo_root(Path(self.run.config.rootpath)),
                 self.run.redactor.text,
-            )
+            )  # in memory: what failed to spool may fail again
             self.run.config.add_cleanup(stream.close)
             for lean in bucket.records.values():
                 stream.add(lean)

@@ -787,16 +787,17 @@ def test_reports_show_in_full_only_what_is_not_a_quiet_pass() -> None:
 
 
 def test_junit_stream_spools_each_record_and_writes_the_same_document(
-    junit_schema: Any,
+    junit_schema: Any, tmp_path: Path
 ) -> None:
     """Entries go to spool files as each record comes; two families keep their suites."""
     recs = typed([*mixed(), record("other-1", "fail", family="other"), record("s-late", "pass")])
     run = RunHeader.from_json(RUN)
-    with _junit.JunitStream(family=run.family, subject=run.subject) as stream:
+    with _junit.JunitStream(family=run.family, subject=run.subject, spool_dir=tmp_path) as stream:
         for rec in recs:
             stream.add(rec)
         (suite,) = [s for f, s in stream._suites.items() if f == FAMILY]
-        assert suite.cases.tell() > 0 and suite.tests == len(recs) - 1  # written, not held
+        assert not isinstance(suite.cases, io.BytesIO)  # a file, not memory
+        assert suite.cases.tell() > 0 and suite.tests == len(recs) - 1
         out = io.BytesIO()
         stream.write(out, run)
     doc = parse_junit(out.getvalue(), junit_schema)

@@ -148,6 +148,41 @@ def test_an_item_reported_twice_is_one_entry_in_every_report(demo: pytest.Pytest
     assert verify_run(d).ok
 
 
+SPOOL_FAILS = """
+import errno
+import tempfile
+
+import pytest_agenteval.reports._junit as junit
+
+
+class _NoSpace:
+    @staticmethod
+    def TemporaryFile(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def pytest_configure(config):
+    junit.tempfile = _NoSpace
+
+
+def pytest_unconfigure(config):  # the run is in-process: give the module back
+    junit.tempfile = tempfile
+"""
+
+
+def test_a_spool_that_cannot_be_written_costs_no_item(demo: pytest.Pytester) -> None:
+    """The reports' spool files failing (a full temporary disk) stops nothing: every item
+    runs, and the reports are built at the end from the records kept."""
+    demo.makeconftest(SUBJECT + SPOOL_FAILS)
+    result = demo.runpytest("--bench=demo", "--preset=standard")
+    result.assert_outcomes(passed=3, failed=1)
+    d = run_dir(demo)
+    assert len(item_records(d)) == 4
+    junit = StdET.parse(d / "junit.xml").getroot()
+    assert len(list(junit.iter("testcase"))) == 4
+    assert verify_run(d).ok
+
+
 def test_agenteval_verify_command(demo: pytest.Pytester) -> None:
     demo.runpytest("--bench=demo")
     d = run_dir(demo)

@@ -74,6 +74,7 @@ import shutil
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import IO
 
 from .._model import ArticleRef, ReportRecord, ResultMeta, ResultRecord, RunHeader
@@ -427,13 +428,20 @@ class _Suite:
     """One family's ``<testsuite>`` as its records arrive: its counts in memory, its
     ``<property>`` and ``<testcase>`` entries serialized into two spool files."""
 
-    def __init__(self) -> None:
+    def __init__(self, spool_dir: Path | None) -> None:
         self.tests = 0
         self.counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
         self.seconds: list[float] = []
-        # closed by close(), when the run directory is written or the session ends
-        self.props: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        self.cases: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self.props = self._spool(spool_dir)
+        self.cases = self._spool(spool_dir)
+
+    @staticmethod
+    def _spool(spool_dir: Path | None) -> IO[bytes]:
+        if spool_dir is None:
+            return io.BytesIO()
+        # an anonymous file (unlinked at once where the system allows), closed by close()
+        # when the run directory is written or the session ends
+        return tempfile.TemporaryFile(dir=spool_dir)
 
     def close(self) -> None:
         self.props.close()
@@ -458,7 +466,9 @@ class JunitStream:
     *family* and *subject* stand in where a record names neither (as ``run.family`` and
     ``run.subject`` do for :func:`junit_xml`); the run header given to :meth:`write` adds
     the run's properties and times. The bytes are the same as :func:`junit_xml`'s for the
-    same records in the same order.
+    same records in the same order. The entries are spooled to anonymous files in
+    *spool_dir* (the run directory, on the disk the evidence goes to), or kept in memory
+    when it is None.
     """
 
     def __init__(
@@ -468,8 +478,10 @@ class JunitStream:
         subject: str | None = None,
         max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
         redact: Redact | None = None,
+        spool_dir: Path | None = None,
     ) -> None:
         self._text = _Text(max_text_chars, redact)
+        self._spool_dir = spool_dir
         self._stand_in = RunHeader(family=family, subject=subject)
         self._suites: dict[str, _Suite] = {}
 
@@ -477,7 +489,7 @@ class JunitStream:
         family = family_of(record, self._stand_in)
         suite = self._suites.get(family)
         if suite is None:
-            suite = self._suites[family] = _Suite()
+            suite = self._suites[family] = _Suite(self._spool_dir)
         case, props = _testcase(self._text, record, self._stand_in, family)
         for prop in props:
             suite.props.write(ET.tostring(prop, encoding="utf-8"))

@@ -54,11 +54,18 @@ class ReportStream:
     gathered as the records arrive (see the module docs)."""
 
     def __init__(
-        self, plan: Plan, subject: str | None, rootdir: Path, redact: Redact | None
+        self,
+        plan: Plan,
+        subject: str | None,
+        rootdir: Path,
+        redact: Redact | None,
+        spool_dir: Path | None = None,
     ) -> None:
         self._enrich = ReportEnricher(plan, rootdir)
         self._redact = redact
-        self.junit = JunitStream(family=plan.family.name, subject=subject, redact=redact)
+        self.junit = JunitStream(
+            family=plan.family.name, subject=subject, redact=redact, spool_dir=spool_dir
+        )
         self.sarif = SarifInput()
         self.usage = UsageTally()
         #: the records a report shows in full, in arrival order
