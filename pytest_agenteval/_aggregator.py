@@ -290,6 +290,9 @@ class Aggregator:
             except Exception:  # a spool file that cannot be written (a full disk):
                 # the run goes on, and its reports are built at the end from the records kept
                 self._stop_streaming(bucket)
+            except BaseException:  # Ctrl-C halfway through: no report may hold half a record
+                self._stop_streaming(bucket)
+                raise
         return lean
 
     def _stream_of(self, bucket: Collected) -> ReportStream:
@@ -307,6 +310,24 @@ class Aggregator:
             self.run.config.add_cleanup(stream.close)
             bucket.stream = stream
         return bucket.stream
+
+    def _rebuilt_stream(self, bucket: Collected) -> ReportStream:
+        """The reports from the records kept (the last report of a node id winning), in
+        memory: for a bucket that stopped streaming (a node id reported twice, a spool
+        that could not be written)."""
+        from ._prcheck import repo_root
+        from .reports._stream import ReportStream
+
+        stream = bucket.stream = ReportStream(
+            self._plan_for(bucket),
+            bucket.subject,
+            repo_root(Path(self.run.config.rootpath)),
+            self.run.redactor.text,
+        )
+        self.run.config.add_cleanup(stream.close)
+        for lean in bucket.records.values():
+            stream.add(lean)
+        return stream
 
     @staticmethod
     def _stop_streaming(bucket: Collected) -> None:
@@ -485,21 +506,7 @@ class Aggregator:
         from ._prcheck import bundled_location
         from .reports._human import clean_for_report, render_html, render_markdown, shown_record
 
-        if bucket.streaming:
-            stream = self._stream_of(bucket)
-        else:  # a node id reported twice: the reports from the records kept, last one winning
-            from ._prcheck import repo_root
-            from .reports._stream import ReportStream
-
-            stream = bucket.stream = ReportStream(
-                plan,
-                bucket.subject,
-                repo_root(Path(self.run.config.rootpath)),
-                self.run.redactor.text,
-            )  # in memory: what failed to spool may fail again
-            self.run.config.add_cleanup(stream.close)
-            for lean in bucket.records.values():
-                stream.add(lean)
+        stream = self._stream_of(bucket) if bucket.streaming else self._rebuilt_stream(bucket)
         run_summary = RunSummary.from_json(summary)
         # where a bundled family's findings show in code scanning (its files are not in
         # the repository): the pytest configuration that runs it
@@ -519,7 +526,12 @@ class Aggregator:
             interrupted=interrupted,
             bundled_location=None if bundled is None else SourceLocation.from_json(bundled),
         )
-        recorder.write_with("junit.xml", lambda out: stream.write_junit(out, run))
+        try:
+            recorder.write_with("junit.xml", lambda out: stream.write_junit(out, run))
+        except OSError:  # its spool unreadable at the end: from the records kept, in memory
+            self._stop_streaming(bucket)
+            stream = self._rebuilt_stream(bucket)
+            recorder.write_with("junit.xml", lambda out: stream.write_junit(out, run))
         recorder.write_bytes("results.sarif", stream.sarif_bytes(run))
         # the human reports show less of each record: each full one goes as its shown copy
         # comes, cleaned and redacted once for both reports, string by string before any

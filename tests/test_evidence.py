@@ -1282,3 +1282,9 @@ def test_the_evidence_notes_only_conversions_of_the_fields_it_keeps() -> None:
     ]
     quiet = evidence_fields(json_safe_record({"nodeid": "n", "mcp_servers": [float("nan")]}))
     assert "converted" not in quiet
+    # past the walker's list of notes, its "N more values" note names no field: it stays
+    many = {"nodeid": "n", "usage": {"t": 2**60}, "mcp_servers": [float("nan")] * 500}
+    notes = evidence_fields(json_safe_record(many))["converted"]
+    assert isinstance(notes, list) and any(
+        isinstance(n, dict) and n["path"] == "$" and "more" in str(n["was"]) for n in notes
+    )

@@ -183,6 +183,23 @@ def test_a_spool_that_cannot_be_written_costs_no_item(demo: pytest.Pytester) -> 
     assert verify_run(d).ok
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_spool_whose_writes_fail_costs_no_item(demo: pytest.Pytester) -> None:
+    """A spool that opens but cannot be written (every write: no space left) is noticed
+    when the record is added, not at the end: the run goes on and its reports are whole."""
+    full = SPOOL_FAILS.replace(
+        'raise OSError(errno.ENOSPC, "No space left on device")', 'return open("/dev/full", "w+b")'
+    )
+    assert full != SPOOL_FAILS
+    demo.makeconftest(SUBJECT + full)
+    result = demo.runpytest("--bench=demo", "--preset=standard")
+    result.assert_outcomes(passed=3, failed=1)
+    d = run_dir(demo)
+    junit = StdET.parse(d / "junit.xml").getroot()
+    assert len(list(junit.iter("testcase"))) == 4
+    assert verify_run(d).ok
+
+
 def test_agenteval_verify_command(demo: pytest.Pytester) -> None:
     demo.runpytest("--bench=demo")
     d = run_dir(demo)

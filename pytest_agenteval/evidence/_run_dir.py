@@ -536,7 +536,8 @@ def evidence_fields(safe: JSONObject) -> JSONObject:
     record = {key: safe[key] for key in _RECORD_FIELDS if key in safe}
     notes = record.get(CONVERTED_KEY)
     if isinstance(notes, list):
-        kept: list[JSONValue] = [n for n in notes if _noted_field(n) in record]
+        # a note naming no field (the walker's "N more values" when it stopped listing) stays
+        kept: list[JSONValue] = [n for n in notes if _noted_field(n) in (*record, None)]
         if kept:
             record[CONVERTED_KEY] = kept
         else:

@@ -68,6 +68,7 @@ at *max_text_chars* with a marker saying how many characters were cut.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import shutil
@@ -444,8 +445,9 @@ class _Suite:
         return tempfile.TemporaryFile(dir=spool_dir)
 
     def close(self) -> None:
-        self.props.close()
-        self.cases.close()
+        for spool in (self.props, self.cases):
+            with contextlib.suppress(OSError):  # a spool's last flush on a full disk
+                spool.close()
 
 
 def _start_tag(tag: str, attrs: dict[str, str]) -> bytes:
@@ -491,9 +493,11 @@ class JunitStream:
         if suite is None:
             suite = self._suites[family] = _Suite(self._spool_dir)
         case, props = _testcase(self._text, record, self._stand_in, family)
-        for prop in props:
-            suite.props.write(ET.tostring(prop, encoding="utf-8"))
+        # flushed at once: a full disk shows here, while the caller can still fall back
+        suite.props.write(b"".join(ET.tostring(prop, encoding="utf-8") for prop in props))
+        suite.props.flush()
         suite.cases.write(ET.tostring(case, encoding="utf-8"))
+        suite.cases.flush()
         suite.tests += 1
         suite.counts[verdict_of(record)] += 1
         suite.seconds.append(_duration(record))
