@@ -51,9 +51,10 @@ class Collected:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorder: RunRecorder | None = None
     condition: str | None = None
-    #: the reports, fed as records arrive; None once a node id reported twice (the
-    #: reports are then built at the end from ``records``, where the last report wins)
+    #: the reports, fed as records arrive (made at the first record)
     stream: ReportStream | None = None
+    #: False once a node id reported twice or a spool failed: the reports are then
+    #: built at the end from ``records``, where the last report wins
     streaming: bool = True
 
 
@@ -297,36 +298,31 @@ class Aggregator:
 
     def _stream_of(self, bucket: Collected) -> ReportStream:
         if bucket.stream is None:
-            from ._prcheck import repo_root
-            from .reports._stream import ReportStream
-
-            stream = ReportStream(
-                self._plan_for(bucket),
-                bucket.subject,
-                repo_root(Path(self.run.config.rootpath)),
-                self.run.redactor.text,
-                spool_dir=bucket.recorder.run_dir if bucket.recorder is not None else None,
-            )
-            self.run.config.add_cleanup(stream.close)
-            bucket.stream = stream
+            spool = bucket.recorder.run_dir if bucket.recorder is not None else None
+            bucket.stream = self._new_stream(bucket, spool)
         return bucket.stream
 
     def _rebuilt_stream(self, bucket: Collected) -> ReportStream:
         """The reports from the records kept (the last report of a node id winning), in
-        memory: for a bucket that stopped streaming (a node id reported twice, a spool
-        that could not be written)."""
+        memory (what failed to spool may fail again): for a bucket that stopped streaming
+        (a node id reported twice, a spool that could not be written)."""
+        stream = bucket.stream = self._new_stream(bucket, None)
+        for lean in bucket.records.values():
+            stream.add(lean)
+        return stream
+
+    def _new_stream(self, bucket: Collected, spool_dir: Path | None) -> ReportStream:
         from ._prcheck import repo_root
         from .reports._stream import ReportStream
 
-        stream = bucket.stream = ReportStream(
+        stream = ReportStream(
             self._plan_for(bucket),
             bucket.subject,
             repo_root(Path(self.run.config.rootpath)),
             self.run.redactor.text,
+            spool_dir=spool_dir,
         )
         self.run.config.add_cleanup(stream.close)
-        for lean in bucket.records.values():
-            stream.add(lean)
         return stream
 
     @staticmethod

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -446,16 +446,6 @@ class ReportEnricher:
                 "pillar": art.meta.pillar,
             }
         return record
-
-
-def report_records(
-    plan: Plan, payloads: Iterable[dict[str, Any]], rootdir: Path
-) -> Iterator[dict[str, Any]]:
-    """Item payloads enriched (:class:`ReportEnricher`), one at a time (a caller that keeps
-    less of each record never holds every enriched copy)."""
-    enrich = ReportEnricher(plan, rootdir)
-    for payload in payloads:
-        yield enrich(payload)
 
 
 PROMPTS_DIR = "judge-prompts"
