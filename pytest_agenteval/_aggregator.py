@@ -500,10 +500,17 @@ class Aggregator:
         from . import __version__
         from ._model import RunHeader, RunSummary, SourceLocation
         from ._prcheck import bundled_location
-        from .reports._human import clean_for_report, render_html, render_markdown, shown_record
+        from .reports._human import (
+            clean_for_report,
+            render_html,
+            render_markdown,
+            shown_record,
+            summary_for_reports,
+        )
 
         stream = self._stream_of(bucket) if bucket.streaming else self._rebuilt_stream(bucket)
-        run_summary = RunSummary.from_json(summary)
+        # the tree without the quiet passes no report shows: not a model of every scenario
+        run_summary = RunSummary.from_json(summary_for_reports(summary, stream.shown))
         # where a bundled family's findings show in code scanning (its files are not in
         # the repository): the pytest configuration that runs it
         bundled = bundled_location(self.run.config, plan.family.name)

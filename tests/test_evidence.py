@@ -1288,3 +1288,34 @@ def test_the_evidence_notes_only_conversions_of_the_fields_it_keeps() -> None:
     assert isinstance(notes, list) and any(
         isinstance(n, dict) and n["path"] == "$" and "more" in str(n["was"]) for n in notes
     )
+
+
+def test_indented_json_is_written_in_pieces_and_reads_back_as_the_safe_copy() -> None:
+    """summary.json's writer: one walk makes the value safe and redacts it; the text is
+    streamed, UTF-8 throughout, with a lone surrogate kept as its JSON escape."""
+    import io
+
+    from pytest_agenteval.evidence._redact import Redactor
+
+    secret = "tok-9f8e7d6c5b4a3210"
+    value = {
+        "ok": ["é", "😀", 1.5, 2**60, math.nan, None, True],
+        "lone": "cut\udc80here",
+        f"key {secret}": f"value {secret}",
+        1: "int key",
+    }
+    clean, _ = ev.json_safe(value, text=Redactor({"SOME_TOKEN": secret}).text)
+    out = io.BytesIO()
+    ev.write_indented_json(clean, out)
+    raw = out.getvalue()
+    text = raw.decode("utf-8")  # strict: no surrogate reached the bytes
+    assert secret not in text
+    assert "😀" in text and "\\udc80" in text
+    assert json.loads(text) == clean
+    assert json.loads(text)["lone"] == "cut\udc80here"
+    assert clean["ok"][3:5] == [str(2**60), "NaN"]
+    # plain data: the same text json.dumps has always written
+    plain = {"b": [1, {"c": "d"}], "a": "x"}
+    out = io.BytesIO()
+    ev.write_indented_json(plain, out)
+    assert out.getvalue() == (json.dumps(plain, indent=2, ensure_ascii=False) + "\n").encode()

@@ -987,3 +987,53 @@ def test_reports_from_the_shown_records_and_a_tally_are_the_reports_of_all(
     assert len(shown) < len(recs)
     assert _human.render_html(s, shown, usage=tally.view()) == _human.render_html(s, recs)
     assert _human.render_markdown(s, shown, usage=tally.view()) == _human.render_markdown(s, recs)
+
+
+def test_reports_from_a_summary_without_its_quiet_passes_are_the_same(
+    run: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    """The aggregator parses the summary without the scenarios no report shows: a quiet
+    pass goes, unless a record of it is shown (a failed sample under a passing
+    scenario); an article of quiet passes keeps one leaf. The reports do not change."""
+    import copy
+
+    from pytest_agenteval.reports._stream import shown_in_reports
+
+    summary, records = copy.deepcopy(run)
+    quiet_article = copy.deepcopy(summary["nodes"][0]["children"][0]["children"][0])
+    quiet_article["id"], quiet_article["title"], quiet_article["verdict"] = (
+        "demo.art4",
+        "Quiet",
+        "pass",
+    )
+    passing = next(c for c in quiet_article["children"] if c["verdict"] == "pass")
+    quiet_article["children"] = [
+        {**copy.deepcopy(passing), "id": f"demo-10{i}", "title": f"quiet {i}"} for i in (1, 2)
+    ]
+    summary["nodes"][0]["children"][1]["children"].append(quiet_article)
+    passed = next(r for r in records if r["result"]["verdict"] == "pass")
+    for i in (1, 2):  # their records: quiet passes too
+        records.append({**copy.deepcopy(passed), "scenario_id": f"demo-10{i}", "nodeid": f"q{i}"})
+    failed_sample = copy.deepcopy(passed)  # a failed sample of a scenario that passed overall
+    failed_sample["result"]["verdict"], failed_sample["sample"] = "fail", 1
+    failed_sample["nodeid"] = passed["nodeid"] + "[sample 1]"
+    records.append(failed_sample)
+
+    s, recs, _ = _typed(summary, records, None)
+    tally = _human.UsageTally()
+    for rec in recs:
+        tally.add(rec)
+    shown = [r for r in recs if shown_in_reports(r)]
+    lean = RunSummary.from_json(_human.summary_for_reports(summary, shown))
+
+    def scenarios(node: Any) -> list[str]:
+        if node.kind == "scenario":
+            return [node.id]
+        return [sid for kid in node.children for sid in scenarios(kid)]
+
+    kept = scenarios(lean.nodes[0])
+    assert passed["scenario_id"] in kept  # a record of it is shown
+    assert [sid for sid in kept if sid.startswith("demo-10")] == ["demo-101"]
+    assert len(kept) < len(scenarios(s.nodes[0]))
+    for render in (_human.render_html, _human.render_markdown):
+        assert render(lean, shown, usage=tally.view()) == render(s, recs)

@@ -142,6 +142,7 @@ __all__ = [
     "utc_now_rfc3339",
     "verify_run",
     "write_file_atomic",
+    "write_indented_json",
 ]
 
 MANIFEST_NAME = "manifest.json"
@@ -363,7 +364,9 @@ def utc_now_rfc3339() -> str:
 # --------------------------------------------------------------------------
 
 
-def json_safe(value: object) -> tuple[JSONValue, list[dict[str, str]]]:
+def json_safe(
+    value: object, *, text: Callable[[str], str] | None = None
+) -> tuple[JSONValue, list[dict[str, str]]]:
     """A copy of ``value`` that :func:`canonical_json` accepts, and notes on what changed.
 
     Nothing an agent returns may stop a run, and evidence must keep it
@@ -385,11 +388,32 @@ def json_safe(value: object) -> tuple[JSONValue, list[dict[str, str]]]:
     Tuples become lists and subclasses of bool, int, float and str the plain
     type without a note (JSON cannot tell them apart). Each note is
     ``{"path": "$.tool_calls[0].arguments.n", "was": "int"}``; at most 100
-    are listed, then one note says how many more there were. Never raises.
+    are listed, then one note says how many more there were. With *text* (a
+    redactor), every string of the copy, keys included, goes through it in the
+    same walk. Never raises.
     """
-    walker = _SafeWalker()
+    walker = _SafeWalker(text)
     safe = walker.value(value, "$", 0)
     return safe, walker.finish()
+
+
+def write_indented_json(value: JSONValue, out: BinaryIO) -> None:
+    """*value* (JSON-safe) as UTF-8 JSON indented by 2, written to *out* piece by piece.
+
+    The text never exists whole in memory. A lone surrogate, which UTF-8
+    cannot hold, is written as its ``\\udxxx`` escape (it can only be inside a
+    string), so the file reads back to the same value.
+    """
+    for chunk in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
+        try:
+            out.write(chunk.encode("utf-8"))
+        except UnicodeEncodeError:
+            out.write(_SURROGATE.sub(_surrogate_escape, chunk).encode("utf-8"))
+    out.write(b"\n")
+
+
+def _surrogate_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def json_safe_record(

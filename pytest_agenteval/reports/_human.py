@@ -32,10 +32,10 @@ import html
 import math
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from pydantic import BaseModel
 
@@ -78,6 +78,7 @@ __all__ = [
     "render_html",
     "render_markdown",
     "shown_record",
+    "summary_for_reports",
 ]
 
 #: Characters of an answer (or prompt) shown before it is cut with a marker.
@@ -444,6 +445,46 @@ def _node_row(node: Node, level: int) -> NodeRow:
 
 def _verdict(value: str | None) -> str:
     return value if value in VERDICTS else "error"
+
+
+def summary_for_reports(
+    summary: Mapping[str, Any], shown: Iterable[ReportRecord]
+) -> dict[str, Any]:
+    """*summary* (summary.json's dict) without the scenario nodes no report shows.
+
+    A quiet pass (verdict pass, not flagged) makes no card unless one of its
+    records is shown (*shown*, the records the reports get): its count is
+    already in its article's. Dropping those leaves before
+    the summary is parsed saves a model of every scenario of a large run. An
+    article keeps its first leaf when all would go, so that it stays an
+    article over scenarios for :func:`build_view`. The reports are the same.
+    """
+    keep = {_scenario_key(r) for r in shown}
+
+    def quiet(node: Mapping[str, Any]) -> bool:
+        return (
+            node.get("kind") == "scenario"
+            and node.get("verdict") == "pass"
+            and node.get("injection_suspected") is not True
+            and node.get("id") not in keep
+        )
+
+    def prune(node: Mapping[str, Any]) -> Mapping[str, Any]:
+        children = node.get("children")
+        if not isinstance(children, list) or not children:
+            return node
+        kept = [prune(c) for c in children if not (isinstance(c, Mapping) and quiet(c))]
+        return {**node, "children": kept or children[:1]}
+
+    nodes = summary.get("nodes")
+    if not isinstance(nodes, list):
+        return dict(summary)
+    return {**summary, "nodes": [prune(n) if isinstance(n, Mapping) else n for n in nodes]}
+
+
+def _scenario_key(rec: ReportRecord) -> str:
+    """The scenario (summary node) a record belongs to."""
+    return rec.scenario_id or rec.result.key
 
 
 def _leaves(node: Node) -> list[Node]:
@@ -940,7 +981,7 @@ def build_view(
     scenarios = []
     seen: set[str] = set()
     for rec in recs:
-        sid = rec.scenario_id or rec.result.key
+        sid = _scenario_key(rec)
         seen.add(sid)
         scenarios.append(
             _scenario_view(rec, nodes.get(sid), place.get(sid, _NOWHERE), answer_limit)
