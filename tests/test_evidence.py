@@ -1313,9 +1313,10 @@ def test_indented_json_is_written_in_pieces_and_reads_back_as_the_safe_copy() ->
     assert "😀" in text and "\\udc80" in text
     assert json.loads(text) == clean
     assert json.loads(text)["lone"] == "cut\udc80here"
+    assert isinstance(clean, dict) and isinstance(clean["ok"], list)
     assert clean["ok"][3:5] == [str(2**60), "NaN"]
     # plain data: the same text json.dumps has always written
-    plain = {"b": [1, {"c": "d"}], "a": "x"}
+    plain: dict[str, Any] = {"b": [1, {"c": "d"}], "a": "x"}
     out = io.BytesIO()
     ev.write_indented_json(plain, out)
     assert out.getvalue() == (json.dumps(plain, indent=2, ensure_ascii=False) + "\n").encode()
