@@ -14,6 +14,7 @@ aggregates: an xdist worker has none.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 
 from ._collect import NO_SUBJECT, ScenarioItem
 from ._compat import is_agenteval_dir
-from ._evals import EvalResult
+from ._evals import EvalResult, injection_suspected
 from ._family import Family, Plan, build_tree, is_family_dir
 from ._gate import GateOutcome, decide_gate
 from ._grader import error_record
@@ -56,6 +57,10 @@ class Collected:
     #: False once a node id reported twice or a spool failed: the reports are then
     #: built at the end from ``records``, where the last report wins
     streaming: bool = True
+    #: node ids whose record the reports took as it came and none shows in full (a quiet
+    #: pass): ``records`` holds only its facts (:func:`record_facts`); the whole record is
+    #: in results.jsonl, read back should the reports have to be built again
+    set_aside: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -130,6 +135,60 @@ def _lean_node(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+#: Marks the facts of a record set aside (a report holding them was recorded already).
+SET_ASIDE_KEY = "set_aside"
+#: What the end of a run reads of a record no report shows in full (cost totals, the
+#: judge-cache line, replay notes): the rest is in results.jsonl.
+_FACT_META = ("pillar", "not_replayed", "cache_status", "cache_authenticated")
+
+
+def record_facts(lean: dict[str, Any]) -> dict[str, Any]:
+    """What the run keeps of a quiet pass once its reports took it: a few hundred bytes
+    instead of its whole record (see ``Collected.set_aside``)."""
+    facts: dict[str, Any] = {
+        k: lean[k] for k in ("kind", "nodeid", "scenario_id", "sample") if k in lean
+    }
+    facts[SET_ASIDE_KEY] = True
+    if lean.get("replay") is not None:
+        facts["replay"] = lean["replay"]
+    cost = lean.get("cost")
+    if isinstance(cost, dict) and cost.get("total"):
+        facts["cost"] = {"total": cost["total"]}
+    result = lean.get("result")
+    facts["result"] = _result_facts(result) if isinstance(result, dict) else {}
+    return facts
+
+
+def quiet_leaf(result: EvalResult) -> EvalResult:
+    """A quiet pass's grade as the tree needs it: without the judges' and criteria's
+    grades and words, which only the reports of a failure show (results.jsonl has them).
+    A grade flagged anywhere beneath keeps them: the gate counts the flags."""
+    if injection_suspected(result):
+        return result
+    return replace(
+        result,
+        reasoning="",
+        criteria=(),
+        children=tuple(c for c in result.children if c.kind not in ("judge", "criterion")),
+    )
+
+
+def _result_facts(node: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"verdict": node.get("verdict")}
+    meta = node.get("meta")
+    if isinstance(meta, dict):
+        kept = {k: meta[k] for k in _FACT_META if k in meta}
+        if kept:
+            out["meta"] = kept
+    children = node.get("children")
+    if isinstance(children, list):
+        kids = [_result_facts(c) for c in children if isinstance(c, dict)]
+        kids = [k for k in kids if "meta" in k or "children" in k]
+        if kids:
+            out["children"] = kids
+    return out
+
+
 def _merge_thresholds(base: Any, spec: Any) -> Any:
     from ._calibration import Thresholds
 
@@ -154,6 +213,28 @@ def _note_replay(gate: GateOutcome, bucket: Collected, replay: ReplayLog) -> Non
     gate.notes.append(note)
 
 
+def _read_back(bucket: Collected) -> dict[str, dict[str, Any]]:
+    """The records set aside, whole, from the run's results.jsonl (each was reported once).
+
+    What results.jsonl leaves out the reports do not read (a payload's
+    ``family_root``, ``mcp_servers``; the judge's request, which the lean record
+    drops too).
+    """
+    from .evidence._chain import PREV_KEY, RESULTS_NAME
+
+    wanted = bucket.set_aside
+    found: dict[str, dict[str, Any]] = {}
+    if bucket.recorder is None:  # never so: a record set aside was recorded first
+        return found
+    with open(bucket.recorder.run_dir / RESULTS_NAME, encoding="utf-8") as lines:
+        for line in lines:
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("nodeid") in wanted:
+                record.pop(PREV_KEY, None)
+                found[record["nodeid"]] = lean_record(record)
+    return found
+
+
 class Aggregator:
     """Results of one run as they arrive; trees, gates and run directories at the end."""
 
@@ -171,6 +252,8 @@ class Aggregator:
         self.expected_ids: set[str] = set()
         self.reported: set[str] = set()
         self._id_index: dict[str, dict[str, ItemRef]] | None = None
+        #: node id -> (report, facts): a quiet pass's report, slimmed at its teardown
+        self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
 
     def expect_items(self, items: list[Any]) -> None:
         """The items this process collected (serial run, or a worker)."""
@@ -245,6 +328,8 @@ class Aggregator:
             elif report.failed and report.when in ("setup", "call"):
                 self.other_failures += 1
             return
+        if payload.get(SET_ASIDE_KEY) is True:
+            return  # a report recorded already, logged again once slimmed: counted once
         lean = self._ingest(payload)
         # pytest keeps every report to the end of the session: keep the lean copy there
         report.agenteval = lean  # type: ignore[attr-defined]
@@ -278,23 +363,47 @@ class Aggregator:
         # the evidence keeps everything; memory keeps the lean, JSON-safe, redacted copy
         lean = lean_record(bucket.recorder.add(payload))
         result = EvalResult.from_dict(lean["result"])
-        bucket.leaves.setdefault(payload["scenario_id"], {})[int(payload.get("sample") or 0)] = (
-            result
-        )
+        runs = bucket.leaves.setdefault(payload["scenario_id"], {})
+        sample = int(payload.get("sample") or 0)
+        runs[sample] = result
         nodeid = payload["nodeid"]
         if nodeid in bucket.records:  # reported again (a rerun plugin): the last one counts
             self._stop_streaming(bucket)
+            bucket.set_aside.discard(nodeid)
         bucket.records[nodeid] = lean
         if bucket.streaming:
             try:
-                self._stream_of(bucket).add(lean)
+                shown = self._stream_of(bucket).add(lean)
             except Exception:  # a spool file that cannot be written (a full disk):
                 # the run goes on, and its reports are built at the end from the records kept
                 self._stop_streaming(bucket)
             except BaseException:  # Ctrl-C halfway through: no report may hold half a record
                 self._stop_streaming(bucket)
                 raise
+            else:
+                if not shown:  # counted by the reports, shown by none: its facts will do
+                    bucket.records[nodeid] = record_facts(lean)
+                    bucket.set_aside.add(nodeid)
+                    runs[sample] = quiet_leaf(result)
         return lean
+
+    def slim(self, report: pytest.TestReport) -> None:
+        """After every hook read *report*: once its item's teardown is reported (pytest-html
+        reads an item's reports then), a quiet pass's report keeps only the facts, as
+        pytest holds every report to the end of the session."""
+        if report.when == "teardown":
+            held = self._unslimmed.pop(report.nodeid, None)
+            if held is not None:
+                held[0].agenteval = held[1]  # type: ignore[attr-defined]
+            return
+        payload = getattr(report, "agenteval", None)
+        if not isinstance(payload, dict) or payload.get("kind") == "calibration":
+            return
+        key = (payload.get("family_root"), payload.get("preset"), payload.get("condition") or "")
+        bucket = self.collected.get(key)  # type: ignore[arg-type]
+        nodeid = payload.get("nodeid")
+        if bucket is not None and nodeid in bucket.set_aside:
+            self._unslimmed[report.nodeid] = (report, bucket.records[nodeid])
 
     def _stream_of(self, bucket: Collected) -> ReportStream:
         if bucket.stream is None:
@@ -307,8 +416,9 @@ class Aggregator:
         memory (what failed to spool may fail again): for a bucket that stopped streaming
         (a node id reported twice, a spool that could not be written)."""
         stream = bucket.stream = self._new_stream(bucket, None)
-        for lean in bucket.records.values():
-            stream.add(lean)
+        set_aside = _read_back(bucket) if bucket.set_aside else {}
+        for nodeid, lean in bucket.records.items():
+            stream.add(set_aside.get(nodeid, lean))
         return stream
 
     def _new_stream(self, bucket: Collected, spool_dir: Path | None) -> ReportStream:

@@ -162,6 +162,14 @@ class AggregatorHooks:
         """First, so that other plugins' hooks find the record made JSON-safe and redacted."""
         self.aggregator.record(report)
 
+    @pytest.hookimpl(wrapper=True, specname="pytest_runtest_logreport")
+    def pytest_runtest_logreport_slim(self, report: pytest.TestReport) -> Generator[None, Any, Any]:
+        """Last, once every plugin (pytest-html, the terminal) has read the whole record."""
+        try:
+            return (yield)
+        finally:
+            self.aggregator.slim(report)
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.state.stop_reason == "no subject":

@@ -502,3 +502,100 @@ def test_redactor_survives_a_secret_that_looks_like_a_number() -> None:
         "ts": 202611221148,
         "note": "id [REDACTED:BUILD_SESSION]",
     }
+
+
+LAST_AGAIN = """
+import pytest
+
+_last = []
+
+
+def pytest_collection_finish(session):
+    _last.append(session.items[-1].nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    # the last item reports its call twice, once every quiet pass before it was set aside
+    if report.when == "call" and report.nodeid == _last[0] and len(_last) == 1:
+        _last.append(report)
+        pytest_runtest_logreport.config.hook.pytest_runtest_logreport(report=report)
+
+
+def pytest_configure(config):
+    pytest_runtest_logreport.config = config
+"""
+
+OLD_REPORT_AGAIN = """
+import pytest
+
+_seen = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _seen.append(report)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    # a plugin logging stored reports again at the end, after pytest-agenteval slimmed
+    # its quiet passes' reports down to their facts
+    for report in list(_seen):
+        session.config.hook.pytest_runtest_logreport(report=report)
+"""
+
+
+def _cases(d: Path) -> list[str]:
+    """junit.xml's testcases without what differs between two runs (times)."""
+    import re
+
+    out = []
+    for case in StdET.parse(d / "junit.xml").getroot().iter("testcase"):
+        case.attrib.pop("time", None)
+        out.append(re.sub(r"\ntime: [^\n]*", "", StdET.tostring(case, encoding="unicode")))
+    return sorted(out)
+
+
+def test_reports_rebuilt_late_read_the_quiet_passes_back_from_the_evidence(
+    demo: pytest.Pytester,
+) -> None:
+    """A quiet pass's record leaves memory once the reports took it. Should the reports be
+    built again at the end (an item reported twice), those records are read back from
+    results.jsonl: the reports are those of a run where nothing was reported twice."""
+    demo.makeconftest(SUBJECT)
+    demo.runpytest("--bench=demo", "--preset=standard").assert_outcomes(passed=3, failed=1)
+    plain = run_dir(demo)
+    expected = _cases(plain)
+    expected_sarif = json.loads((plain / "results.sarif").read_text())["runs"][0]["results"]
+    shutil.rmtree(demo.path / ".agenteval")
+
+    demo.makeconftest(SUBJECT + LAST_AGAIN)
+    demo.runpytest("--bench=demo", "--preset=standard")
+    d = run_dir(demo)
+    records = item_records(d)
+    assert len(records) == 5 and records[-1]["nodeid"] == records[-2]["nodeid"]
+    assert sum(1 for r in records[:-2] if r["result"]["verdict"] == "pass") >= 2
+    assert _cases(d) == expected
+    sarif = json.loads((d / "results.sarif").read_text())["runs"][0]["results"]
+    assert sarif == expected_sarif
+    assert verify_run(d).ok
+
+
+def test_a_slimmed_report_logged_again_is_counted_once(demo: pytest.Pytester) -> None:
+    """pytest keeps every report; a quiet pass's keeps only its facts once the item is
+    done. Logged again later, it is a report already counted, not a crash."""
+    demo.makeconftest(SUBJECT + OLD_REPORT_AGAIN)
+    result = demo.runpytest("--bench=demo", "--preset=standard")
+    assert "INTERNALERROR" not in result.stdout.str()
+    d = run_dir(demo)
+    records = item_records(d)
+    # the failure's report kept its record and counts as reported again, as any report
+    # logged twice; the quiet passes' reports, slimmed, are not taken a second time
+    nodeids = [r["nodeid"] for r in records]
+    again = {n for n in nodeids if nodeids.count(n) > 1}
+    assert len(records) == 5 and len(again) == 1
+    assert {r["result"]["verdict"] for r in records if r["nodeid"] in again} == {"fail"}
+    assert len(list(StdET.parse(d / "junit.xml").getroot().iter("testcase"))) == 4
+    assert verify_run(d).ok

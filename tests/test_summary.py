@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -420,3 +421,94 @@ def test_calibration_verdict_follows_the_gate_status(
     validate(summary)
     assert summary["verdict"] == verdict
     assert summary["gate"]["passed"] is gate["passed"]
+
+
+def test_the_facts_kept_of_a_quiet_pass_give_the_end_of_run_figures_of_its_record() -> None:
+    """A quiet pass's record leaves memory once the reports took it; the end of the run
+    reads only its facts: the cost totals, the judge-cache line and the replay counts
+    come out as from the whole records."""
+    from pytest_agenteval._aggregator import lean_record, record_facts
+    from pytest_agenteval.evidence._run_dir import cost_totals
+    from pytest_agenteval.reports._terminal import _cache_statuses
+
+    def record(i: int) -> dict[str, Any]:
+        judge = {
+            "kind": "judge",
+            "key": "j",
+            "verdict": "pass",
+            "reasoning": "long reasoning " * 50,
+            "meta": {"cache_status": "hit" if i % 2 else "miss", "cache_authenticated": i > 1},
+            "children": [{"kind": "criterion", "key": "c", "verdict": "pass", "meta": {}}],
+        }
+        return {
+            "kind": "item",
+            "nodeid": f"f.yaml::s{i}",
+            "scenario_id": f"s{i}",
+            "sample": 0,
+            "answer": "an answer " * 100,
+            "replay": {"file": "answers.jsonl", "line": i} if i else None,
+            "cost": {
+                "total": {"usd": 0.25 * i, "prompt_tokens": 10 * i, "completion_tokens": i},
+                "judge": {"usd": 0.25 * i},
+            },
+            "result": {
+                "kind": "scenario",
+                "key": f"s{i}",
+                "verdict": "pass",
+                "meta": {"pillar": "p" if i % 2 else "q", "not_replayed": i == 2, "judge": "x"},
+                "children": [judge],
+            },
+        }
+
+    full = [lean_record(record(i)) for i in range(4)]
+    facts = [record_facts(r) for r in full]
+    assert len(json.dumps(facts)) * 3 < len(json.dumps(full))
+    assert cost_totals(facts) == cost_totals(full)
+    assert [_cache_statuses(f["result"]) for f in facts] == [
+        _cache_statuses(r["result"]) for r in full
+    ]
+    for f, r in zip(facts, full, strict=True):
+        assert f.get("replay") == r.get("replay")
+        assert f["scenario_id"] == r["scenario_id"] and f["result"]["verdict"] == "pass"
+        meta = r["result"]["meta"]
+        assert f["result"]["meta"].get("not_replayed") == meta.get("not_replayed")
+
+
+def test_a_quiet_leaf_rolls_up_as_the_whole_grade() -> None:
+    """The tree keeps a quiet pass without its judges' and criteria's grades and words:
+    the summary's nodes, counts and flags come out the same; a flagged grade is kept whole."""
+    from pytest_agenteval._aggregator import quiet_leaf
+    from pytest_agenteval._evals import CriterionResult, EvalResult, injection_suspected
+    from pytest_agenteval.evidence._run_dir import node_dict
+
+    def grade(i: int, flagged: bool = False) -> EvalResult:
+        judge = EvalResult(
+            "j",
+            "judge",
+            0.9,
+            "pass",
+            kind="judge",
+            reasoning="why " * 200,
+            meta={"injection_suspected": flagged},
+        )
+        return EvalResult(
+            f"s{i}",
+            f"s{i}",
+            0.9,
+            "pass",
+            kind="scenario",
+            reasoning="overall " * 100,
+            criteria=(CriterionResult("c", True, "because " * 50),),
+            children=(judge,),
+            meta={"pillar": "p", "judge": "x"},
+        )
+
+    whole = EvalResult(
+        "art", "art", 0.9, "pass", kind="article", children=tuple(grade(i) for i in range(3))
+    )
+    slim = replace(whole, children=tuple(quiet_leaf(c) for c in whole.children))
+    assert node_dict(slim) == node_dict(whole)
+    assert slim.counts() == whole.counts() and len(slim.items()) == 3
+    assert all(not c.children and not c.criteria for c in slim.children)
+    flagged = grade(9, flagged=True)
+    assert quiet_leaf(flagged) is flagged and injection_suspected(quiet_leaf(flagged))

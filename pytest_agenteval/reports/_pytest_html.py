@@ -53,6 +53,8 @@ class HtmlExtras:
         payload = getattr(report, "agenteval", None)
         if not isinstance(payload, dict) or payload.get("kind") == "calibration":
             return None
+        if payload.get("set_aside") is True:  # a quiet pass's facts, once pytest-html is done
+            return None
         # made JSON-safe here: in a serial run this hook may see the record before the
         # aggregator has (a custom judge's details may hold a datetime, NaN, an object)
         from ..evidence._chain import json_safe

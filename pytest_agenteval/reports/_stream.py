@@ -71,13 +71,16 @@ class ReportStream:
         #: the records a report shows in full, in arrival order
         self.shown: list[ReportRecord] = []
 
-    def add(self, payload: Mapping[str, Any]) -> None:
+    def add(self, payload: Mapping[str, Any]) -> bool:
+        """Take one record; whether a report shows it in full (else it is only counted)."""
         record = read_record(self._enrich(payload))
         self.junit.add(record)
         self.sarif.add(record)
         self.usage.add(record)
-        if shown_in_reports(record):
+        shown = shown_in_reports(record)
+        if shown:
             self.shown.append(record)
+        return shown
 
     def write_junit(self, out: IO[bytes], run: RunHeader) -> None:
         self.junit.write(out, run)
