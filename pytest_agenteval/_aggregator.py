@@ -159,6 +159,37 @@ def record_facts(lean: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+#: A judge call's details, in a grade's meta: results.jsonl keeps them; the tree of
+#: quiet passes need not (nothing rolled up or gated reads them).
+_CALL_DETAILS = frozenset(
+    {
+        "panel",
+        "parsed",
+        "raw_response",
+        "request",
+        "nonce",
+        "prompt_sha256",
+        "prompt_version",
+        "output_schema_sha256",
+        "http_statuses",
+        "criteria_text_mismatch",
+        "base_url_host",
+        "model_requested",
+        "model_returned",
+        "usage",
+        "finish_reason",
+        "latency_s",
+        "max_tokens",
+        "seed",
+        "temperature",
+        "structured",
+        "reasks",
+        "retry_after_capped",
+        "attempts",
+    }
+)
+
+
 def quiet_leaf(result: EvalResult) -> EvalResult:
     """A quiet pass's grade as the tree needs it: without the judges' and criteria's
     grades and words, which only the reports of a failure show (results.jsonl has them).
@@ -169,6 +200,7 @@ def quiet_leaf(result: EvalResult) -> EvalResult:
         result,
         reasoning="",
         criteria=(),
+        meta={k: v for k, v in result.meta.items() if k not in _CALL_DETAILS},
         children=tuple(c for c in result.children if c.kind not in ("judge", "criterion")),
     )
 

@@ -9,11 +9,15 @@ whole processes interleaved over the repeats,
 * ``pytest``:  the benchmark run, one LLM judge call per scenario;
 * ``bare``:    ``AsyncOpenAI`` + ``Semaphore`` making the same N calls;
 
+* ``floor``:   pytest itself, the plugin disabled, running N empty parametrized
+  tests: what any pytest run of N items costs, which no plugin can remove;
+
 and reports medians: ms per scenario of collection, ms per item of plugin
 work beyond the bare loop (``(pytest - bare - startup) / N`` where start-up
 is ``pytest --collect-only`` on a one-scenario family), and each process's
 peak RSS (from ``wait4``), whose slope between two sizes is the memory per
-item. Nothing leaves loopback. Usage::
+item; with two sizes, also the slopes of time and memory beyond pytest's own
+floor. Nothing leaves loopback. Usage::
 
     python scripts/bench_scale.py [--sizes 2000 10000] [--concurrency 32] [--repeats 3]
 """
@@ -55,6 +59,15 @@ else:
 """
 
 
+FLOOR = """import pytest
+
+
+@pytest.mark.parametrize("i", range({n}))
+def test_item(i):
+    pass
+"""
+
+
 def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of one whole process (the peak of its own address space)."""
     peak_file = cwd / ".bench-peak"
@@ -92,6 +105,9 @@ def main() -> int:
             work = Path(tmp) / f"n{n}"
             fam = write_family(work, n)
             (work / "bare.py").write_text(BARE)
+            (work / "test_floor.py").write_text(FLOOR.format(n=n))
+            floor_cmd = [sys.executable, "-m", "pytest", "test_floor.py", "-q"]
+            floor_cmd += ["-p", "no:cacheprovider", "-p", "no:agenteval"]
             cmds = {
                 "startup": (startup_cmd, one),
                 "collect": ([*pytest_command(fam, work, 1)[:4], "--collect-only"], work),
@@ -100,6 +116,7 @@ def main() -> int:
                     [sys.executable, "bare.py", str(n), str(args.concurrency), str(system)],
                     work,
                 ),
+                "floor": (floor_cmd, work),
             }
             rows: list[dict[str, float]] = []
             for i in range(args.repeats):
@@ -130,18 +147,35 @@ def main() -> int:
                 "pytest_rss_mib": round(med("pytest_rss"), 1),
                 "collect_rss_mib": round(med("collect_rss"), 1),
                 "bare_rss_mib": round(med("bare_rss"), 1),
+                "floor_s": round(med("floor"), 2),
+                "floor_rss_mib": round(med("floor_rss"), 1),
             }
             print(json.dumps({n: results[n]}), flush=True)
     if len(args.sizes) >= 2:
         a, b = sorted(args.sizes)[0], sorted(args.sizes)[-1]
-        slope = (results[b]["pytest_rss_mib"] - results[a]["pytest_rss_mib"]) * 1024 / (b - a)
-        bare_slope = (results[b]["bare_rss_mib"] - results[a]["bare_rss_mib"]) * 1024 / (b - a)
+
+        def per_item(key: str, scale: float) -> float:
+            return (results[b][key] - results[a][key]) * scale / (b - a)
+
+        slope, bare_slope = per_item("pytest_rss_mib", 1024), per_item("bare_rss_mib", 1024)
+        floor_slope = per_item("floor_rss_mib", 1024)
+        # time: what N more items cost each contender, start-up cancelled out
+        ms = {k: per_item(f"{k}_s", 1000) for k in ("pytest", "bare", "floor")}
         print(
             json.dumps(
                 {
                     "kib_per_item": round(slope, 2),
                     "bare_kib_per_item": round(bare_slope, 2),
                     "beyond_bare_kib_per_item": round(slope - bare_slope, 2),
+                    "pytest_floor_kib_per_item": round(floor_slope, 2),
+                    "beyond_bare_and_pytest_floor_kib_per_item": round(
+                        slope - bare_slope - floor_slope, 2
+                    ),
+                    "ms_per_item_beyond_bare": round(ms["pytest"] - ms["bare"], 3),
+                    "pytest_floor_ms_per_item": round(ms["floor"], 3),
+                    "ms_per_item_beyond_bare_and_pytest_floor": round(
+                        ms["pytest"] - ms["bare"] - ms["floor"], 3
+                    ),
                 }
             )
         )

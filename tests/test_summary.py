@@ -500,7 +500,14 @@ def test_a_quiet_leaf_rolls_up_as_the_whole_grade() -> None:
             reasoning="overall " * 100,
             criteria=(CriterionResult("c", True, "because " * 50),),
             children=(judge,),
-            meta={"pillar": "p", "judge": "x"},
+            meta={
+                "pillar": "p",
+                "judge": "x",
+                "injection_suspected": False,
+                "panel": [{"judge": "x", "seed": 1}],
+                "usage": {"prompt_tokens": 1500},
+                "prompt_sha256": "ab" * 32,
+            },
         )
 
     whole = EvalResult(
@@ -510,5 +517,6 @@ def test_a_quiet_leaf_rolls_up_as_the_whole_grade() -> None:
     assert node_dict(slim) == node_dict(whole)
     assert slim.counts() == whole.counts() and len(slim.items()) == 3
     assert all(not c.children and not c.criteria for c in slim.children)
+    assert all("panel" not in c.meta and c.meta["pillar"] == "p" for c in slim.children)
     flagged = grade(9, flagged=True)
     assert quiet_leaf(flagged) is flagged and injection_suspected(quiet_leaf(flagged))
