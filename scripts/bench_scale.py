@@ -155,7 +155,7 @@ def main() -> int:
         a, b = sorted(args.sizes)[0], sorted(args.sizes)[-1]
 
         def per_item(key: str, scale: float) -> float:
-            return float(results[b][key] - results[a][key]) * scale / (b - a)
+            return float(results[b][key] - results[a][key]) * scale / int(b - a)
 
         slope, bare_slope = per_item("pytest_rss_mib", 1024), per_item("bare_rss_mib", 1024)
         floor_slope = per_item("floor_rss_mib", 1024)
