@@ -60,7 +60,7 @@ class Collected:
     #: node ids whose record the reports took as it came and none shows in full (a quiet
     #: pass): ``records`` holds only its facts (:func:`record_facts`); the whole record is
     #: in results.jsonl, read back should the reports have to be built again
-    set_aside: set[str] = field(default_factory=set)
+    set_aside: dict[str, int] = field(default_factory=dict)  # node id -> its line there
 
 
 @dataclass
@@ -246,7 +246,8 @@ def _note_replay(gate: GateOutcome, bucket: Collected, replay: ReplayLog) -> Non
 
 
 def _read_back(bucket: Collected) -> dict[str, dict[str, Any]]:
-    """The records set aside, whole, from the run's results.jsonl (each was reported once).
+    """The records set aside, whole, from the run's results.jsonl, by their line there
+    (not their node id, which redaction may have changed in the file).
 
     What results.jsonl leaves out the reports do not read (a payload's
     ``family_root``, ``mcp_servers``; the judge's request, which the lean record
@@ -254,16 +255,20 @@ def _read_back(bucket: Collected) -> dict[str, dict[str, Any]]:
     """
     from .evidence._chain import PREV_KEY, RESULTS_NAME
 
-    wanted = bucket.set_aside
+    wanted = {line: nodeid for nodeid, line in bucket.set_aside.items()}
     found: dict[str, dict[str, Any]] = {}
     if bucket.recorder is None:  # never so: a record set aside was recorded first
         return found
-    with open(bucket.recorder.run_dir / RESULTS_NAME, encoding="utf-8") as lines:
-        for line in lines:
-            record = json.loads(line)
-            if isinstance(record, dict) and record.get("nodeid") in wanted:
+    path = bucket.recorder.run_dir / RESULTS_NAME
+    with open(path, encoding="utf-8") as lines:
+        for index, line in enumerate(lines):
+            if index in wanted:
+                record = json.loads(line)
                 record.pop(PREV_KEY, None)
-                found[record["nodeid"]] = lean_record(record)
+                found[wanted[index]] = lean_record(record)
+    missing = len(wanted) - len(found)
+    if missing:
+        raise ValueError(f"{path}: {missing} graded record(s) missing: the file was cut short")
     return found
 
 
@@ -286,6 +291,7 @@ class Aggregator:
         self._id_index: dict[str, dict[str, ItemRef]] | None = None
         #: node id -> (report, facts): a quiet pass's report, slimmed at its teardown
         self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
+        self._facts_pending: dict[str, dict[str, Any]] = {}  # set aside, report not yet logged
 
     def expect_items(self, items: list[Any]) -> None:
         """The items this process collected (serial run, or a worker)."""
@@ -393,6 +399,7 @@ class Aggregator:
         if bucket.recorder is None:
             bucket.recorder = RunRecorder(self.run, bucket, self._plan_for(bucket))
         # the evidence keeps everything; memory keeps the lean, JSON-safe, redacted copy
+        line = bucket.recorder.writer.records  # its line of results.jsonl, counted from 0
         lean = lean_record(bucket.recorder.add(payload))
         result = EvalResult.from_dict(lean["result"])
         runs = bucket.leaves.setdefault(payload["scenario_id"], {})
@@ -401,7 +408,7 @@ class Aggregator:
         nodeid = payload["nodeid"]
         if nodeid in bucket.records:  # reported again (a rerun plugin): the last one counts
             self._stop_streaming(bucket)
-            bucket.set_aside.discard(nodeid)
+            bucket.set_aside.pop(nodeid, None)
         bucket.records[nodeid] = lean
         if bucket.streaming:
             try:
@@ -414,8 +421,9 @@ class Aggregator:
                 raise
             else:
                 if not shown:  # counted by the reports, shown by none: its facts will do
-                    bucket.records[nodeid] = record_facts(lean)
-                    bucket.set_aside.add(nodeid)
+                    facts = bucket.records[nodeid] = record_facts(lean)
+                    bucket.set_aside[nodeid] = line
+                    self._facts_pending[nodeid] = facts
                     runs[sample] = quiet_leaf(result)
         return lean
 
@@ -428,14 +436,9 @@ class Aggregator:
             if held is not None:
                 held[0].agenteval = held[1]  # type: ignore[attr-defined]
             return
-        payload = getattr(report, "agenteval", None)
-        if not isinstance(payload, dict) or payload.get("kind") == "calibration":
-            return
-        key = (payload.get("family_root"), payload.get("preset"), payload.get("condition") or "")
-        bucket = self.collected.get(key)  # type: ignore[arg-type]
-        nodeid = payload.get("nodeid")
-        if bucket is not None and nodeid in bucket.set_aside:
-            self._unslimmed[report.nodeid] = (report, bucket.records[nodeid])
+        facts = self._facts_pending.pop(report.nodeid, None)  # the raw node id, as taken
+        if facts is not None:
+            self._unslimmed[report.nodeid] = (report, facts)
 
     def _stream_of(self, bucket: Collected) -> ReportStream:
         if bucket.stream is None:

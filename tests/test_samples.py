@@ -254,6 +254,10 @@ def test_samples_option_overrides_the_preset(varying: pytest.Pytester) -> None:
     md = (run / "report.md").read_text()
     assert "### Samples (5 per scenario, combined by mean)" in md
     assert "| `demo-refuse-002` | 5 | 0.60 | 0.223 | [0.32, 0.88] | 1 / 4 / 0 ⚠️ disagree |" in md
+    # the report lists every scenario asked several times, the quiet passes too, as the
+    # terminal counts them
+    assert "samples disagree in 1 of 4 scenarios" in md
+    assert "| `demo-refuse-001` | 5 |" in md
     html = (run / "report.html").read_text()
     assert 'id="samples"' in html and "[0.32, 0.88]" in html  # interval ends rounded
     # warned samples are listed as their ids count them ([s1] is sample 1); [s4] passed

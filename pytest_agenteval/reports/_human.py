@@ -452,7 +452,7 @@ def summary_for_reports(
 ) -> dict[str, Any]:
     """*summary* (summary.json's dict) without the scenario nodes no report shows.
 
-    A quiet pass (verdict pass, not flagged) makes no card unless one of its
+    A quiet pass (verdict pass, not flagged, asked once) makes no card unless one of its
     records is shown (*shown*, the records the reports get): its count is
     already in its article's. Dropping those leaves before
     the summary is parsed saves a model of every scenario of a large run. An
@@ -467,6 +467,8 @@ def summary_for_reports(
             and node.get("verdict") == "pass"
             and node.get("injection_suspected") is not True
             and node.get("id") not in keep
+            # asked several times: the reports' samples table lists every such scenario
+            and not (isinstance(node.get("samples"), int) and node["samples"] > 1)
         )
 
     def prune(node: Mapping[str, Any]) -> Mapping[str, Any]:
