@@ -24,14 +24,14 @@ import pytest
 
 from ._collect import NO_SUBJECT, ScenarioItem
 from ._compat import is_agenteval_dir
-from ._evals import EvalResult, injection_suspected
+from ._evals import GRADE_PART_KINDS, EvalResult, injection_suspected
 from ._family import Family, Plan, build_tree, is_family_dir
 from ._gate import GateOutcome, decide_gate
 from ._grader import error_record
 from ._replay import ReplayLog
 from ._session import ItemRef, ref_of
 from ._text import last_line
-from ._vocab import SpecError
+from ._vocab import SET_ASIDE_KEY, SpecError
 from .evidence._run_dir import RunRecorder
 
 if TYPE_CHECKING:
@@ -135,8 +135,6 @@ def _lean_node(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-#: Marks the facts of a record set aside (a report holding them was recorded already).
-SET_ASIDE_KEY = "set_aside"
 #: What the end of a run reads of a record no report shows in full (cost totals, the
 #: judge-cache line, replay notes): the rest is in results.jsonl.
 _FACT_META = ("pillar", "not_replayed", "cache_status", "cache_authenticated")
@@ -201,7 +199,7 @@ def quiet_leaf(result: EvalResult) -> EvalResult:
         reasoning="",
         criteria=(),
         meta={k: v for k, v in result.meta.items() if k not in _CALL_DETAILS},
-        children=tuple(c for c in result.children if c.kind not in ("judge", "criterion")),
+        children=tuple(c for c in result.children if c.kind not in GRADE_PART_KINDS),
     )
 
 

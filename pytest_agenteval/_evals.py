@@ -82,7 +82,7 @@ CAPS: Mapping[str, float] = {"critical": 0.40, "high": 0.69}
 #: Nodes that are pytest items: a scenario, or one sample of it. Judges and
 #: criteria below them are parts of one item's grade, not items.
 ITEM_KINDS = frozenset({"scenario", "sample"})
-_GRADE_PART_KINDS = frozenset({"judge", "criterion"})
+GRADE_PART_KINDS = frozenset({"judge", "criterion"})
 
 
 class NestingError(AgentevalError, ValueError):
@@ -97,7 +97,7 @@ def injection_suspected(result: EvalResult) -> bool:
     """
     if result.meta.get("injection_suspected") is True:
         return True
-    return any(injection_suspected(c) for c in result.children if c.kind in _GRADE_PART_KINDS)
+    return any(injection_suspected(c) for c in result.children if c.kind in GRADE_PART_KINDS)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ __all__ = [
     "GRADED_VERDICTS",
     "MONOTONE_AGGREGATIONS",
     "SCORE_DIGITS",
+    "SET_ASIDE_KEY",
     "SEVERITIES",
     "SEVERITY_RANK",
     "VERDICTS",
@@ -127,6 +128,11 @@ def score_severity(score: float) -> Severity:
     if score < 0.60:
         return "medium"
     return "low"
+
+
+#: Marks a record cut down to its facts once the reports took it (a quiet pass): the
+#: aggregator keeps those, and pytest's report carries them once every plugin read it.
+SET_ASIDE_KEY = "set_aside"
 
 
 # --------------------------------------------------------------------------- scores and bands

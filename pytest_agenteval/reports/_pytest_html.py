@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 import pytest
 
 from .._model import ResultRecord
-from .._vocab import JSONObject, format_score
+from .._vocab import SET_ASIDE_KEY, JSONObject, format_score
 
 if TYPE_CHECKING:
     from .._session import AgentevalState
@@ -53,7 +53,7 @@ class HtmlExtras:
         payload = getattr(report, "agenteval", None)
         if not isinstance(payload, dict) or payload.get("kind") == "calibration":
             return None
-        if payload.get("set_aside") is True:  # a quiet pass's facts, once pytest-html is done
+        if payload.get(SET_ASIDE_KEY) is True:  # a quiet pass's facts, once pytest-html is done
             return None
         # made JSON-safe here: in a serial run this hook may see the record before the
         # aggregator has (a custom judge's details may hold a datetime, NaN, an object)
