@@ -8,7 +8,11 @@ timed: each repeat runs, back to back and in alternating order,
   judge call per scenario through the real ``openai`` SDK) at concurrency C;
 * ``bare``:   a fresh ``python`` process with ``AsyncOpenAI`` and an
   ``asyncio.Semaphore(C)`` sending the same N calls (same system prompt, a
-  user message of the same size) — the floor for this machine.
+  user message of the same size) — the floor for this machine;
+* ``floor``:  ``pytest -p no:agenteval`` running that same loop inside one
+  test function: what pytest itself costs around the calls (its start-up, the
+  other installed plugins, its end-of-session garbage collections, the
+  teardown of its modules) — the part of "pytest vs bare" no plugin can remove.
 
 Both talk to the test suite's fake OpenAI-compatible server on 127.0.0.1,
 which answers each call after a fixed latency. Reported, as medians over the
@@ -46,11 +50,10 @@ BARE = textwrap.dedent(
     import asyncio, sys
     import openai
 
-    n, concurrency = int(sys.argv[1]), int(sys.argv[2])
-    system = open(sys.argv[3]).read()
-    user = "Grade the answer to question {i}.\\n" + "x" * 1500
-
     async def main():
+        n, concurrency = int(sys.argv[1]), int(sys.argv[2])
+        system = open(sys.argv[3]).read()
+        user = "Grade the answer to question {i}.\\n" + "x" * 1500
         client = openai.AsyncOpenAI(api_key="bench", max_retries=0)
         sem = asyncio.Semaphore(concurrency)
 
@@ -66,7 +69,20 @@ BARE = textwrap.dedent(
         await asyncio.gather(*(one(i) for i in range(n)))
         await client.close()
 
-    asyncio.run(main())
+    if __name__ == "__main__":
+        asyncio.run(main())
+    """
+)
+
+#: The same loop as one pytest test (the arguments come from the environment).
+FLOOR_TEST = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    import bare
+
+    def test_calls():
+        sys.argv[1:] = os.environ["BENCH_FLOOR_ARGS"].split("|")
+        asyncio.run(bare.main())
     """
 )
 
@@ -104,17 +120,21 @@ def main() -> int:
         work = Path(tmp)
         fam = write_family(work, args.scenarios)
         (work / "bare.py").write_text(BARE)
+        (work / "floor_test.py").write_text(FLOOR_TEST)
         system = ROOT / "pytest_agenteval" / "prompts" / "default-judge.v1.md"
         env = bench_env(server)
         plugin = pytest_command(fam, work, args.concurrency)
-        bare = [sys.executable, "bare.py", str(args.scenarios), str(args.concurrency), str(system)]
+        bare_args = [str(args.scenarios), str(args.concurrency), str(system)]
+        bare = [sys.executable, "bare.py", *bare_args]
+        env["BENCH_FLOOR_ARGS"] = "|".join(bare_args)
+        floor = [*plugin[:3], "floor_test.py", "-p", "no:agenteval", "-p", "no:cacheprovider", "-q"]
         # one untimed run of each: the bytecode caches are written, as after any first run
-        for cmd in (plugin, bare):
+        for cmd in (plugin, bare, floor):
             run(cmd, work, env)
         rows: list[dict[str, float]] = []
         for i in range(args.repeats):
             row: dict[str, float] = {}
-            order = [("pytest", plugin), ("bare", bare)]
+            order = [("pytest", plugin), ("bare", bare), ("floor", floor)]
             for name, cmd in order if i % 2 == 0 else order[::-1]:
                 before = server.count("openai")
                 start, end, row[name] = run(cmd, work, env)
@@ -149,6 +169,15 @@ def main() -> int:
         "pytest_after_last_call_s": med("pytest_after"),
         "bare_after_last_call_s": med("bare_after"),
         "ratios_whole_each": [round(r["pytest"] / r["bare"], 3) for r in rows],
+        # pytest's own share: the same loop inside one test, the plugin off
+        "floor_whole_s": med("floor"),
+        "ratio_floor": round(statistics.median(r["floor"] / r["bare"] for r in rows), 3),
+        "floor_before_first_call_s": med("floor_before"),
+        "floor_after_last_call_s": med("floor_after"),
+        # what the plugin adds beyond pytest's floor, as a share of the bare loop's time
+        "plugin_beyond_floor": round(
+            statistics.median((r["pytest"] - r["floor"]) / r["bare"] for r in rows), 3
+        ),
     }
     print(json.dumps(report, indent=2))
     return 0

@@ -135,6 +135,35 @@ def test_prefilter_and_fast_patterns_never_change_the_outcome() -> None:
         assert fast == slow, text[:200]
 
 
+def test_every_rule_compiles_and_a_benign_answer_compiles_none() -> None:
+    """The rules' regexes compile on first need, so a broken one would hide until an
+    answer reached it: compile them all here. A plain answer passes no rule's
+    prefilter, so scanning it compiles nothing (start-up pays for no regex)."""
+    rules = [
+        _injection._Rule(
+            r.label,
+            r.source,
+            r.flags,
+            r.needles,
+            r.imperative,
+            r.quotable,
+            r.echo,
+            r.start,
+            r.then_source,
+        )
+        for r in _injection._RULES
+    ]  # fresh copies: nothing compiled yet, whatever ran before
+    scanned = normalise("An answer to: question number 7? It is 42.")
+    for rule in rules:
+        assert not rule.may_match(scanned.lower()), rule.label
+        assert not {"pattern", "fast", "then"} & set(vars(rule)), rule.label
+    for rule in rules:
+        assert isinstance(rule.pattern, re.Pattern), rule.label
+        assert rule.fast is None or rule.fast.flags & re.IGNORECASE == 0, rule.label
+        assert (rule.then is None) == (rule.then_source is None), rule.label
+    assert sum(r.fast is not None for r in rules) > len(rules) // 2  # the fast path is used
+
+
 # --------------------------------------------------------------------------- the fence
 
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import html
 import json
 import re
@@ -326,8 +327,14 @@ _QUOTES = '"“”„«»'
 
 @dataclass(frozen=True)
 class _Rule:
+    """One injection rule. Its regexes are compiled when a text first passes its
+    prefilter: most answers pass none, and compiling every rule at import cost
+    about 30 ms of every run's start-up before its first call."""
+
     label: str
-    pattern: re.Pattern[str]
+    #: The rule's regex as written (before :func:`_deaccent`), and its flags.
+    source: str
+    flags: int
     #: A cheap prefilter: the regex runs only when, for each group, one of its strings is in
     #: the lowercased text (a regex over 1 MB costs ~50 ms, a substring test ~0.2 ms).
     needles: tuple[tuple[str, ...], ...]
@@ -337,13 +344,33 @@ class _Rule:
     #: "note": only where a note starts (a line, after list or quote markup; a bracket; an
     #: HTML comment), "bracket": only after a bracket or ``<!--``.
     start: str = ""
-    #: *pattern* without its leading ``\b`` (checked in code instead) and, when it ignores
-    #: case, for the lowercased text: the regex engine can then skip ahead to the first
-    #: letters (5x faster).
-    fast: re.Pattern[str] | None = None
-    on_lower: bool = False
     #: Must match right after the match (checked last: cheaper than inside *pattern*).
-    then: re.Pattern[str] | None = None
+    then_source: str | None = None
+
+    @property
+    def on_lower(self) -> bool:
+        return bool(self.flags & re.IGNORECASE)
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(_deaccent(self.source), self.flags)
+
+    @functools.cached_property
+    def fast(self) -> re.Pattern[str] | None:
+        """*pattern* without its leading ``\\b`` (checked in code instead) and, when it
+        ignores case, for the lowercased text: the regex engine can then skip ahead to
+        the first letters (5x faster). None where the pattern does not allow it."""
+        branches = _top_branches(self.source)
+        if "(?-i" in self.source or any(b[:2] != r"\b" for b in branches):
+            return None
+        body = "|".join(b[2:] for b in branches)
+        if self.start:  # the context first: it is rare, so the engine skips ahead to it
+            body = f"{_NOTE_CONTEXT[self.start]}(?P<body>{body})"
+        return re.compile(_deaccent(body), self.flags & ~re.IGNORECASE)
+
+    @functools.cached_property
+    def then(self) -> re.Pattern[str] | None:
+        return None if self.then_source is None else re.compile(_deaccent(self.then_source), _I)
 
     def may_match(self, low: str) -> bool:
         return all(any(n in low for n in group) for group in self.needles)
@@ -398,24 +425,16 @@ def _rule(
     start: str = "",
     then: str | None = None,
 ) -> _Rule:
-    fast = None
-    branches = _top_branches(pattern)
-    if "(?-i" not in pattern and all(b[:2] == r"\b" for b in branches):
-        body = "|".join(b[2:] for b in branches)
-        if start:  # the context first: it is rare, so the engine skips ahead to it
-            body = f"{_NOTE_CONTEXT[start]}(?P<body>{body})"
-        fast = re.compile(_deaccent(body), flags & ~re.IGNORECASE)
     return _Rule(
         label,
-        re.compile(_deaccent(pattern), flags),
+        pattern,
+        flags,
         tuple(tuple(_deaccent(n) for n in group) for group in needles),
         imperative,
         quotable,
         echo,
         start,
-        fast,
-        bool(flags & re.IGNORECASE),
-        re.compile(_deaccent(then), re.IGNORECASE) if then else None,
+        then or None,
     )
 
 
