@@ -181,6 +181,89 @@ def test_canonical_json_is_rfc8785_for_plain_data() -> None:
     assert canonical_json(value) == rfc8785.dumps(value)
 
 
+_TRICKY_FLOATS = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.8,
+    0.333333333333,
+    1e-4,
+    9.99e-5,
+    1e-7,
+    1.5e-7,
+    5e-324,
+    1e15,
+    1e16,
+    1.5e16,
+    123456789012345.6,
+    1e20,
+    1e21,
+    1.7976931348623157e308,
+    2.0**53,
+]
+_TRICKY_INTS = [0, -1, 7, 10**15, 2**53 - 1, -(2**53 - 1), 9007199254740991]
+_TRICKY_TEXT = [
+    "",
+    "plain",
+    'quote " and \\ backslash',
+    "\x00\x01\x1f\x7f",
+    "\b\f\n\r\t",
+    "ends \\",
+    '\\"',
+    "1.0",
+    "score 2.0 at 1e-05",
+    "9007199254740993",
+    "é€\u2028\u2029\ufeff\uffff",
+    "😀 beyond the BMP",
+    "\ue000 private use",
+]
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(8 if depth < 4 else 5)
+    if kind == 0:
+        return rng.choice(_TRICKY_FLOATS) * rng.choice([1, -1])
+    if kind == 1:
+        return rng.choice([rng.choice(_TRICKY_INTS), rng.randint(-(10**6), 10**6)])
+    if kind == 2:
+        return rng.choice([*_TRICKY_TEXT, "".join(rng.choice('ab"\\\n.0e1') for _ in range(6))])
+    if kind == 3:
+        return rng.choice([None, True, False, rng.random(), rng.uniform(-1e20, 1e20)])
+    if kind == 4:
+        return rng.choice(_TRICKY_TEXT[:12]) + str(rng.randrange(100))
+    if kind == 5:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if kind == 6:
+        return tuple(_random_json(rng, depth + 1) for _ in range(rng.randrange(3)))
+    keys = [*_TRICKY_TEXT, "a", "B", "é", "\u20ac", "1.0", "aa", "a\x00"]
+    return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+def test_walked_canonical_json_writes_rfc8785s_bytes_or_declines() -> None:
+    """The C-encoder path writes exactly what rfc8785 writes (or declines: a character
+    beyond U+FFFF, a lone surrogate, an integer beyond 2**53), and declines rarely."""
+    rng = random.Random(8785)
+    written = 0
+    for _ in range(3000):
+        value = {"v": _random_json(rng), "k": rng.choice(_TRICKY_TEXT[:11])}
+        fast = ev.walked_canonical_json(value)
+        if fast is not None:
+            written += 1
+            assert fast == rfc8785.dumps(value), value
+    assert written > 2000
+    for value, why in [
+        ({"😀": 1, "\uffff": 2}, "keys beyond the BMP order differently in UTF-16"),
+        ({"t": "a\ud800"}, "a lone surrogate"),
+        ({"n": 2**53}, "an integer beyond 2**53"),
+        ({"n": [1.5, -(2**60)]}, "an integer beyond 2**53"),
+        ({"n": math.nan}, "NaN"),
+    ]:
+        assert ev.walked_canonical_json(value) is None, why
+    record = {"score": 1.0, "weight": 0.25, "text": "version 1.0", "ids": [3, 4]}
+    assert ev.walked_canonical_json(record) == rfc8785.dumps(record)
+
+
 def test_canonical_json_slow_path_matches_rfc8785_apart_from_surrogates() -> None:
     marker = "SURROGATE-MARKER"
     template = {

@@ -441,20 +441,84 @@ def json_safe_record(
     return safe
 
 
-def _plain_line(record: Mapping[str, object], head: str) -> bytes | None:
+def _plain_line(record: Mapping[str, object], head: str, walked: bool = False) -> bytes | None:
     """The chain line of a record that is plain JSON already; None when it needs the walk.
 
     A record made JSON-safe once (on the worker that graded it, and redacted in
     the same walk) is written without walking it again: canonical JSON accepts
     exactly what the walk would leave unchanged (strings, finite floats, ints
     within 2**53, lists, tuples and string-keyed dicts), and refuses the rest.
+    *walked*: the record is :func:`json_safe_record`'s output, so the C encoder may
+    write it (:func:`walked_canonical_json`).
     """
     line: dict[str, object] = {**record, PREV_KEY: head}
+    if walked:
+        fast = walked_canonical_json(cast("JSONObject", line))
+        if fast is not None:
+            return fast
     try:
         # rfc8785 checks every value itself: what it cannot write, it refuses
         return rfc8785.dumps(cast("JSONObject", line))
     except Exception:  # anything it refuses (NaN, 2**60, a set, a lone surrogate...)
         return None
+
+
+#: What json.dumps writes differently from RFC 8785, outside strings: a float ending in
+#: ``.0`` (``1.0``, ``-0.0``; RFC 8785: ``1``, ``0``) or in exponent form (``1e-05``,
+#: ``1e+16``; RFC 8785: ``0.00001``, ``10000000000000000``; Python always signs the
+#: exponent), and an integer that may lie beyond 2**53. Found anywhere in the text
+#: (an address such as 127.0.0.1 in a string will do), the numbers between the strings
+#: are looked at one by one.
+_MAYBE_UNLIKE = re.compile(r"\d\.0(?!\d)|\de[-+]\d|\d{16}")
+#: A JSON string, its escapes included (a capturing group: ``split`` keeps them).
+_STRINGS = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")')
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]\d+)?")
+#: Keys order by UTF-16 code units in RFC 8785 and by code points in Python: the two
+#: differ only where a character beyond U+FFFF is compared.
+_BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
+
+
+def walked_canonical_json(obj: JSONObject) -> bytes | None:
+    """``rfc8785.dumps(obj)``, byte for byte, written by the C JSON encoder; None when it
+    cannot vouch for that (the caller then asks rfc8785).
+
+    Only for what :func:`json_safe_record` returns: string keys, integers within
+    2**53, finite floats. json.dumps would write an integer key as a string where
+    RFC 8785 refuses it, and nothing here could tell. Canonical JSON of each record
+    was a tenth of a large run's CPU in rfc8785's pure Python; this is two to three
+    times faster, and the tests hold it to rfc8785's bytes.
+    """
+    try:
+        text = json.dumps(
+            obj, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+        )
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not text.isascii() and _BEYOND_BMP.search(text):
+        return None
+    if _MAYBE_UNLIKE.search(text):
+        parts = _STRINGS.split(text)  # strings at the odd places, the rest between
+        try:
+            for i in range(0, len(parts), 2):
+                piece = parts[i]
+                if "." in piece or "e+" in piece or "e-" in piece or len(piece) > 16:
+                    parts[i] = _NUMBER.sub(_canonical_number, piece)
+        except ValueError:  # an integer beyond 2**53
+            return None
+        text = "".join(parts)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: canonical_json writes it as an escape
+        return None
+
+
+def _canonical_number(match: re.Match[str]) -> str:
+    token = match.group()
+    if "." in token or "e" in token:
+        return rfc8785.dumps(float(token)).decode("ascii")
+    if len(token) > 15 and not -_INT_LIMIT <= int(token) <= _INT_LIMIT:
+        raise ValueError(token)
+    return token
 
 
 class _SafeWalker:
@@ -948,12 +1012,14 @@ class EvidenceWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY
         return os.open(self._run_dir / RESULTS_NAME, flags, 0o666)
 
-    def append(self, record: Mapping[str, object]) -> str:
+    def append(self, record: Mapping[str, object], *, walked: bool = False) -> str:
         """Write one record as the next chain link and return the new head.
 
         The record goes through :func:`json_safe_record` first: a big integer,
         NaN or a non-string key from an agent is kept as a string and noted
-        under ``"converted"``, never refused.
+        under ``"converted"``, never refused. *walked*: the caller made *record*
+        with :func:`json_safe_record` already (string keys only), so it is
+        written by the faster encoder.
         """
         if not isinstance(record, dict):
             raise TypeError(f"record must be a dict, not {type(record).__name__}")
@@ -963,7 +1029,7 @@ class EvidenceWriter:
             raise ValueError(f"'kind': {SEAL_KIND!r} is reserved for the record finalize() writes")
         with self._lock:
             fd = self._require_appendable()
-            line = _plain_line(record, self._head)
+            line = _plain_line(record, self._head, walked)
             if line is None:
                 line = canonical_json({**json_safe_record(record), PREV_KEY: self._head})
             self._write_line(fd, line)

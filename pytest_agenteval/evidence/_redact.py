@@ -58,8 +58,10 @@ _KEY_PREFIX = re.compile("|".join(re.escape(p) for p in _KEY_PREFIXES))  # one C
 _BEARER_WORD = re.compile("bearer", re.IGNORECASE)
 #: Strings up to this length are redacted once and remembered: a run's records repeat
 #: the same keys and short values (field names, verdicts, model names) thousands of times.
+#: The memo starts afresh when full: the repeated strings are a few hundred, and a larger
+#: memo would mostly hold each item's own short strings (ids, answers) to the run's end.
 _MEMO_MAX_LEN = 64
-_MEMO_MAX_ENTRIES = 50_000
+_MEMO_MAX_ENTRIES = 4096
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._\-~+/]{16,}=*")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\[\]<>\"'`\\]+@")
 MIN_SECRET_LEN = 8

@@ -622,7 +622,7 @@ class RunRecorder:
         """
         safe = json_safe_record(payload, text=self.redactor.text)
         record = evidence_fields(safe)
-        self.writer.append(self.prompts.shrink(record))
+        self.writer.append(self.prompts.shrink(record), walked=True)
         return safe
 
     def write_json(self, name: str, data: Any) -> None:
