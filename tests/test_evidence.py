@@ -246,21 +246,22 @@ def test_walked_canonical_json_writes_rfc8785s_bytes_or_declines() -> None:
     rng = random.Random(8785)
     written = 0
     for _ in range(3000):
-        value = {"v": _random_json(rng), "k": rng.choice(_TRICKY_TEXT[:11])}
+        value: dict[str, Any] = {"v": _random_json(rng), "k": rng.choice(_TRICKY_TEXT[:11])}
         fast = ev.walked_canonical_json(value)
         if fast is not None:
             written += 1
             assert fast == rfc8785.dumps(value), value
     assert written > 2000
-    for value, why in [
+    declined: list[tuple[dict[str, Any], str]] = [
         ({"😀": 1, "\uffff": 2}, "keys beyond the BMP order differently in UTF-16"),
         ({"t": "a\ud800"}, "a lone surrogate"),
         ({"n": 2**53}, "an integer beyond 2**53"),
         ({"n": [1.5, -(2**60)]}, "an integer beyond 2**53"),
         ({"n": math.nan}, "NaN"),
-    ]:
+    ]
+    for value, why in declined:
         assert ev.walked_canonical_json(value) is None, why
-    record = {"score": 1.0, "weight": 0.25, "text": "version 1.0", "ids": [3, 4]}
+    record: dict[str, Any] = {"score": 1.0, "weight": 0.25, "text": "version 1.0", "ids": [3, 4]}
     assert ev.walked_canonical_json(record) == rfc8785.dumps(record)
 
 

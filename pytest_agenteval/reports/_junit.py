@@ -468,7 +468,8 @@ def _children_xml(elements: list[ET.Element]) -> bytes:
         return b""
     holder = ET.Element("h")
     holder.extend(elements)
-    return ET.tostring(holder, encoding="utf-8")[3:-4]  # b"<h>" ... b"</h>"
+    data: bytes = ET.tostring(holder, encoding="utf-8")
+    return data[3:-4]  # b"<h>" ... b"</h>"
 
 
 class JunitStream:
