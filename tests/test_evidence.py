@@ -265,6 +265,59 @@ def test_walked_canonical_json_writes_rfc8785s_bytes_or_declines() -> None:
     assert ev.walked_canonical_json(record) == rfc8785.dumps(record)
 
 
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+class _Dict(dict):  # type: ignore[type-arg]
+    pass
+
+
+def _disguised(value: Any) -> Any:
+    """*value* with every str, int, float, dict and list replaced by a subclass or a
+    tuple: the walker's general path, which must give what its short way gives."""
+    if isinstance(value, dict):
+        return _Dict({_disguised(k): _disguised(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_disguised(v) for v in value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return _Str(value)
+    if isinstance(value, int):
+        return _Int(value)
+    if isinstance(value, float):
+        return _Float(value)
+    return value
+
+
+def test_the_walks_short_way_for_plain_values_gives_what_the_general_way_gives() -> None:
+    """Plain dicts, lists and scalars skip the type checks and build paths only for a
+    note: the result, the notes and their paths are those of the general walk."""
+    rng = random.Random(42)
+    secret = "sk-test-" + "q" * 24
+    from pytest_agenteval.evidence._redact import Redactor
+
+    redactor = Redactor({"OPENAI_API_KEY": secret})
+    odd: list[Any] = [math.nan, 2**60, "a\ud800", "\ud83d\ude00", b"\xff", {3, 1}, secret]
+    for _ in range(1500):
+        value: dict[str, Any] = {"v": _random_json(rng), "odd": {"k": rng.choice(odd)}}
+        value[rng.choice(["x y", "\ud83d\ude00", "é", "\ud83d", secret])] = [rng.choice(odd)]
+        for text in (None, redactor.text):
+            assert json_safe(value, text=text) == json_safe(_disguised(value), text=text)
+            plain = json_safe_record(value, text=text)
+            assert plain == json_safe_record(_disguised(value), text=text)
+            assert text is None or secret not in json.dumps(plain)
+
+
 def test_canonical_json_slow_path_matches_rfc8785_apart_from_surrogates() -> None:
     marker = "SURROGATE-MARKER"
     template = {

@@ -790,7 +790,15 @@ def test_junit_stream_spools_each_record_and_writes_the_same_document(
     junit_schema: Any, tmp_path: Path
 ) -> None:
     """Entries go to spool files as each record comes; two families keep their suites."""
-    recs = typed([*mixed(), record("other-1", "fail", family="other"), record("s-late", "pass")])
+    markup = 'a <m /> marker, "quotes" & <h>tags</h>\n\ttabs'  # what the stream cuts at
+    recs = typed(
+        [
+            *mixed(),
+            record("other-1", "fail", family="other", answer=markup, reasoning=markup),
+            record("s-late", "pass", prompt=markup, answer=markup),
+            record("s-<m />", "fail", prompt=markup),
+        ]
+    )
     run = RunHeader.from_json(RUN)
     with _junit.JunitStream(family=run.family, subject=run.subject, spool_dir=tmp_path) as stream:
         for rec in recs:
@@ -802,5 +810,6 @@ def test_junit_stream_spools_each_record_and_writes_the_same_document(
         stream.write(out, run)
     doc = parse_junit(out.getvalue(), junit_schema)
     assert [s.get("name") for s in doc.iter("testsuite")] == [FAMILY, "other"]
-    assert [c.get("name") for c in doc.iter("testcase")][-2:] == ["s-late", "other-1"]
+    assert [c.get("name") for c in doc.iter("testcase")][-3:] == ["s-late", "s-<m />", "other-1"]
+    assert any(markup in (c.findtext("system-out") or "") for c in doc.iter("testcase"))
     assert out.getvalue() == _junit.junit_xml(recs, run)

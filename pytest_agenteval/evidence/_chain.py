@@ -521,18 +521,37 @@ def _canonical_number(match: re.Match[str]) -> str:
     return token
 
 
+#: Where a value sits, built as the walk goes down and written out (``$.a[2]``) only for a
+#: note: a parent path and a key (a name or an index), or ``"$"``.
+_Path = str | tuple["_Path", str | int]
+
+
+def _render(path: _Path) -> str:
+    keys: list[str | int] = []
+    while isinstance(path, tuple):
+        path, key = path
+        keys.append(key)
+    for key in reversed(keys):
+        path = f"{path}[{key}]" if isinstance(key, int) else _child_path(path, key)
+    return path
+
+
 class _SafeWalker:
-    """One pass of :func:`json_safe`: the notes so far and the containers being walked."""
+    """One pass of :func:`json_safe`: the notes so far and the containers being walked.
+
+    Plain values (exactly ``str``, ``int``, ``float``, ``bool``, ``None``, ``dict``
+    with plain string keys, ``list``) take the short way; anything else, the general
+    one. Both give the same result."""
 
     def __init__(self, text: Callable[[str], str] | None = None) -> None:
         self.notes: list[dict[str, str]] = []
         self.more = 0
-        self.active: dict[int, str] = {}  # id of a container being walked -> its path
+        self.active: dict[int, _Path] = {}  # id of a container being walked -> its path
         self.text = text
 
-    def note(self, path: str, was: str) -> None:
+    def note(self, path: _Path, was: str) -> None:
         if len(self.notes) < _MAX_NOTES:
-            self.notes.append({"path": path, "was": was})
+            self.notes.append({"path": _render(path), "was": was})
         else:
             self.more += 1
 
@@ -542,13 +561,35 @@ class _SafeWalker:
             self.notes.append({"path": "$", "was": f"{self.more} more values (not listed)"})
         return self.notes
 
-    def value(self, value: object, path: str, depth: int) -> JSONValue:
+    def value(self, value: object, path: _Path, depth: int) -> JSONValue:
+        kind = type(value)
+        if kind is str:
+            return cast(str, value) if self.text is None else self.text(cast(str, value))
+        if kind is float:
+            if math.isfinite(cast(float, value)):
+                return cast(float, value)
+        elif kind is int:
+            if -_INT_LIMIT <= cast(int, value) <= _INT_LIMIT:
+                return cast(int, value)
+        elif kind is bool or value is None:
+            return cast("bool | None", value)
+        elif (kind is dict or kind is list) and depth < _MAX_DEPTH and id(value) not in self.active:
+            self.active[id(value)] = path
+            try:
+                if kind is list:
+                    return [
+                        self.value(item, (path, i), depth + 1)
+                        for i, item in enumerate(cast("list[object]", value))
+                    ]
+                return self.mapping(cast("dict[object, object]", value), path, depth)
+            finally:
+                del self.active[id(value)]
         safe = self._value(value, path, depth)
         if self.text is not None and isinstance(safe, str):
             return self.text(safe)
         return safe
 
-    def _value(self, value: object, path: str, depth: int) -> JSONValue:
+    def _value(self, value: object, path: _Path, depth: int) -> JSONValue:
         if value is None or isinstance(value, bool):
             return None if value is None else bool(value)
         if isinstance(value, str):
@@ -568,7 +609,7 @@ class _SafeWalker:
             self.note(path, f"unreadable {type(value).__name__}")
             return _text_of(value)
 
-    def integer(self, number: int, path: str) -> int | str:
+    def integer(self, number: int, path: _Path) -> int | str:
         if -_INT_LIMIT <= number <= _INT_LIMIT:
             return number
         self.note(path, "int")
@@ -577,7 +618,7 @@ class _SafeWalker:
         except ValueError:  # beyond sys.get_int_max_str_digits(): hex has no such limit
             return hex(number)
 
-    def number(self, number: float, path: str) -> float | str:
+    def number(self, number: float, path: _Path) -> float | str:
         if math.isfinite(number):
             return number
         self.note(path, "float")
@@ -585,7 +626,7 @@ class _SafeWalker:
             return "NaN"
         return "Infinity" if number > 0 else "-Infinity"
 
-    def composite(self, value: object, path: str, depth: int) -> JSONValue:
+    def composite(self, value: object, path: _Path, depth: int) -> JSONValue:
         if isinstance(value, (bytes, bytearray, memoryview)):
             self.note(path, "bytes")
             return bytes(value).decode("utf-8", "surrogateescape")
@@ -600,7 +641,7 @@ class _SafeWalker:
             return _deep_text(value)
         if id(value) in self.active:
             self.note(path, "circular reference")
-            return f"<circular reference to {self.active[id(value)]}>"
+            return f"<circular reference to {_render(self.active[id(value)])}>"
         self.active[id(value)] = path
         try:
             if isinstance(value, Mapping):
@@ -610,12 +651,22 @@ class _SafeWalker:
                 items: Iterable[object] = sorted(value, key=repr)
             else:
                 items = value
-            return [self.value(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(items)]
+            return [self.value(item, (path, i), depth + 1) for i, item in enumerate(items)]
         finally:
             del self.active[id(value)]
 
-    def mapping(self, value: Mapping[_Key, object], path: str, depth: int) -> JSONObject:
+    def mapping(self, value: Mapping[_Key, object], path: _Path, depth: int) -> JSONObject:
         pairs = list(value.items())
+        text = self.text
+        if all(type(k) is str for k, _ in pairs) and not _SURROGATE.search(
+            "".join(cast("list[str]", [k for k, _ in pairs]))
+        ):  # plain names (the usual case): each keeps its own
+            return {
+                cast(str, k) if text is None else text(cast(str, k)): self.value(
+                    item, (path, cast(str, k)), depth + 1
+                )
+                for k, item in pairs
+            }
         # string keys keep their names; converted keys give way when they collide
         taken = {_joined(str.__str__(k)) for k, _ in pairs if isinstance(k, str)}
         out: JSONObject = {}
@@ -624,13 +675,13 @@ class _SafeWalker:
                 name = _joined(str.__str__(key))
                 if name in out:  # a surrogate pair held as two code points, and its character
                     name = _free_name(name, "str", taken)
-                    self.note(_child_path(path, name), "str key (duplicate once joined)")
+                    self.note((path, name), "str key (duplicate once joined)")
             else:
                 name = _free_name(_text_of(key), type(key).__name__, taken)
-                self.note(_child_path(path, name), f"{type(key).__name__} key")
+                self.note((path, name), f"{type(key).__name__} key")
             taken.add(name)
-            shown = name if self.text is None else self.text(name)
-            out[shown] = self.value(item, _child_path(path, name), depth + 1)
+            shown = name if text is None else text(name)
+            out[shown] = self.value(item, (path, name), depth + 1)
         return out
 
 

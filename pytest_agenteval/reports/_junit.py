@@ -472,6 +472,19 @@ def _children_xml(elements: list[ET.Element]) -> bytes:
     return data[3:-4]  # b"<h>" ... b"</h>"
 
 
+def _entries_xml(case: ET.Element, props: list[ET.Element]) -> tuple[bytes, bytes]:
+    """(the properties, the testcase) as ``ET.tostring`` writes them, in one call: a
+    marker element between them, found again by its bytes (content cannot hold them,
+    as every ``<`` in a text or an attribute is written ``&lt;``)."""
+    holder = ET.Element("h")
+    holder.extend(props)
+    holder.append(ET.Element("m"))
+    holder.append(case)
+    data: bytes = ET.tostring(holder, encoding="utf-8")
+    before, after = data[3:-4].split(b"<m />", 1)  # b"<h>" ... b"</h>"
+    return before, after
+
+
 class JunitStream:
     """``junit.xml`` written as the run goes: each record's entries are serialized when it
     is added (to spool files, not kept in memory), the whole document when the run ends.
@@ -503,11 +516,11 @@ class JunitStream:
         suite = self._suites.get(family)
         if suite is None:
             suite = self._suites[family] = _Suite(self._spool_dir)
-        case, props = _testcase(self._text, record, self._stand_in, family)
+        props, case = _entries_xml(*_testcase(self._text, record, self._stand_in, family))
         # flushed at once: a full disk shows here, while the caller can still fall back
-        suite.props.write(_children_xml(props))
+        suite.props.write(props)
         suite.props.flush()
-        suite.cases.write(ET.tostring(case, encoding="utf-8"))
+        suite.cases.write(case)
         suite.cases.flush()
         suite.tests += 1
         suite.counts[verdict_of(record)] += 1
