@@ -85,6 +85,29 @@ def test_prompt_store_keeps_other_messages_and_each_prompt_once(tmp_path: Path) 
     assert other["result"]["meta"]["request"][0]["content_sha256"] != digest
 
 
+def test_prompt_store_remembers_a_few_prompts_and_redacts_each(tmp_path: Path) -> None:
+    """A prompt seen again is not redacted and hashed again; a judge whose system prompt
+    differs for every item does not fill memory; a secret never reaches the file."""
+    from pytest_agenteval.evidence._redact import Redactor
+
+    secret = "sk-live-" + "z" * 24
+    store = PromptStore(tmp_path, Redactor({"OPENAI_API_KEY": secret}).text)
+
+    def digest_of(system: str) -> str:
+        shrunk = store.shrink({"judge_meta": {"request": [{"role": "system", "content": system}]}})
+        digest: str = shrunk["judge_meta"]["request"][0]["content_sha256"]
+        return digest
+
+    prompts = [f"rubric {i}, key {secret}" for i in range(150)]
+    first = [digest_of(p) for p in prompts]
+    assert [digest_of(p) for p in reversed(prompts)] == first[::-1]  # memo or not, the same
+    files = list((tmp_path / PROMPTS_DIR).iterdir())
+    assert len(files) == len(set(first)) == 150
+    assert all(secret not in f.read_text() and "[REDACTED:" in f.read_text() for f in files)
+    assert all(f.name == hashlib.sha256(f.read_bytes()).hexdigest() + ".txt" for f in files)
+    assert len(store._digests) <= 64
+
+
 def test_a_lean_record_drops_only_what_the_evidence_alone_needs() -> None:
     meta = {"request": ["big"], "raw_response": "{}", "parsed": {}, "judge": "j", "file": "a"}
     payload: dict[str, Any] = {

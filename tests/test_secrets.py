@@ -53,6 +53,21 @@ def test_redactor_removes_the_key_in_every_encoding(var: str, encoding: str) -> 
     assert not leaks(json.dumps(data), key)
 
 
+def test_remembered_strings_stay_redacted_short_and_long() -> None:
+    """Strings are remembered (the same field names and system prompt come back in every
+    record); a string asked again, or after the memo started afresh, is redacted alike."""
+    var, key = sorted(KEYS.items())[0]
+    redactor = Redactor({var: key})
+    texts = [f"{i}:{key}" for i in range(40)]  # short: the small strings' memo
+    texts += [f"prompt {i} " + "rubric text " * 300 + key for i in range(40)]  # ~3.6 KB
+    texts.append("x" * 70_000 + key)  # beyond what is remembered
+    for _ in range(3):
+        for text in texts:
+            out = redactor.text(text)
+            assert not leaks(out, key) and f"[REDACTED:{var}]" in out
+    assert len(redactor._long_memo) <= 16
+
+
 @pytest.mark.parametrize("offset", [0, 1, 2])
 def test_base64_of_a_non_ascii_secret_in_both_alphabets(offset: int) -> None:
     # bytes >= 0x80 give '+' and '/' (URL-safe: '-' and '_'), which ASCII keys never do

@@ -62,6 +62,10 @@ _BEARER_WORD = re.compile("bearer", re.IGNORECASE)
 #: memo would mostly hold each item's own short strings (ids, answers) to the run's end.
 _MEMO_MAX_LEN = 64
 _MEMO_MAX_ENTRIES = 4096
+#: Longer strings, up to this length, are remembered in a few places only: what comes
+#: back is the judge's system prompt, some kilobytes in every record of a run.
+_LONG_MEMO_MAX_LEN = 65_536
+_LONG_MEMO_MAX_ENTRIES = 16
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._\-~+/]{16,}=*")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\[\]<>\"'`\\]+@")
 MIN_SECRET_LEN = 8
@@ -203,6 +207,7 @@ class Redactor:
         self._names = sorted(n for n, v in secrets.items() if v and len(v) >= MIN_SECRET_LEN)
         self._shortest = min((s.shortest for s in self._secrets), default=0)
         self._memo: dict[str, str] = {}
+        self._long_memo: dict[str, str] = {}
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -218,7 +223,16 @@ class Redactor:
         if not value:
             return value
         if len(value) > _MEMO_MAX_LEN:
-            return self._text(value)
+            if len(value) > _LONG_MEMO_MAX_LEN:
+                return self._text(value)
+            memo = self._long_memo  # a judge's system prompt, in every record
+            done = memo.get(value)
+            if done is None:
+                done = self._text(value)
+                if len(memo) >= _LONG_MEMO_MAX_ENTRIES:
+                    memo.clear()
+                memo[value] = done
+            return done
         memo = self._memo
         done = memo.get(value)
         if done is None:

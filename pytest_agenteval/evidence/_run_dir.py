@@ -450,6 +450,7 @@ class ReportEnricher:
 
 
 PROMPTS_DIR = "judge-prompts"
+_PROMPT_MEMO_ENTRIES = 64
 
 
 class PromptStore:
@@ -466,6 +467,11 @@ class PromptStore:
         self._dir = run_dir / PROMPTS_DIR
         self._redact = redact
         self._written: set[str] = set()
+        #: a system message's text as recorded -> the digest of what was written for it:
+        #: the same few prompts come back in every record (redacting and hashing 6 KB
+        #: again each time was a tenth of the evidence's work). Bounded: a judge could put
+        #: each item's own text in its system prompt.
+        self._digests: dict[str, str] = {}
 
     def shrink(self, record: dict[str, Any]) -> dict[str, Any]:
         result = record.get("result")
@@ -508,17 +514,20 @@ class PromptStore:
         content = message.get("content")
         if not isinstance(content, str):
             return message
-        if self._redact is not None:
-            content = self._redact(content)
-        data = content.encode("utf-8", "surrogatepass")
-        digest = hashlib.sha256(data).hexdigest()
-        name = f"{PROMPTS_DIR}/{digest}.txt"
-        if digest not in self._written:
-            self._dir.mkdir(exist_ok=True)
-            write_file_atomic(self._dir / f"{digest}.txt", data)
-            self._written.add(digest)
+        digest = self._digests.get(content)
+        if digest is None:
+            shown = content if self._redact is None else self._redact(content)
+            data = shown.encode("utf-8", "surrogatepass")
+            digest = hashlib.sha256(data).hexdigest()
+            if digest not in self._written:
+                self._dir.mkdir(exist_ok=True)
+                write_file_atomic(self._dir / f"{digest}.txt", data)
+                self._written.add(digest)
+            if len(self._digests) >= _PROMPT_MEMO_ENTRIES:
+                self._digests.clear()
+            self._digests[content] = digest
         rest = {k: v for k, v in message.items() if k != "content"}
-        return {**rest, "content_sha256": digest, "content_file": name}
+        return {**rest, "content_sha256": digest, "content_file": f"{PROMPTS_DIR}/{digest}.txt"}
 
 
 def evidence_fields(safe: JSONObject) -> JSONObject:
