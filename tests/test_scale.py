@@ -154,3 +154,40 @@ def test_sync_subject_calls_reuse_a_few_threads_and_a_hung_one_holds_only_its_ow
     assert answers == [f"ok {i}" for i in range(200)]
     # 4 in flight plus the hung one: not a thread per call
     assert len(seen) <= 8, len(seen)
+
+
+FREEZE_PROBE = """
+import gc, json, pathlib
+
+FROZEN = []
+
+
+def pytest_runtest_call(item):
+    FROZEN.append(gc.get_freeze_count() > 0)
+
+
+def pytest_unconfigure(config):
+    after = gc.get_freeze_count()
+    pathlib.Path("frozen.json").write_text(json.dumps({"during": FROZEN, "after": after}))
+"""
+
+
+@pytest.mark.parametrize("plain_test", [False, True], ids=["benchmark only", "with a plain test"])
+def test_the_collector_skips_what_lives_to_the_end_only_in_a_benchmark_only_run(
+    demo: pytest.Pytester, plain_test: bool
+) -> None:
+    """While the items of a run of benchmark items alone run, what existed before them is
+    frozen out of the garbage collector's full passes; it is back before pytest's own
+    collections at exit. A session with any other test keeps the interpreter as it is."""
+    import json
+
+    conftest = demo.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + FREEZE_PROBE)
+    if plain_test:
+        demo.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    result = demo.runpytest("--bench=demo", *(["test_plain.py", "demo"] if plain_test else []))
+    assert result.ret in (0, 1), result.stdout.str()
+    seen = json.loads((demo.path / "frozen.json").read_text())
+    assert len(seen["during"]) >= 3
+    assert seen["during"] == [not plain_test] * len(seen["during"])
+    assert seen["after"] == 0
