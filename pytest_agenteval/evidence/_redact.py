@@ -222,22 +222,16 @@ class Redactor:
     def text(self, value: str) -> str:
         if not value:
             return value
-        if len(value) > _MEMO_MAX_LEN:
-            if len(value) > _LONG_MEMO_MAX_LEN:
-                return self._text(value)
-            memo = self._long_memo  # a judge's system prompt, in every record
-            done = memo.get(value)
-            if done is None:
-                done = self._text(value)
-                if len(memo) >= _LONG_MEMO_MAX_ENTRIES:
-                    memo.clear()
-                memo[value] = done
-            return done
-        memo = self._memo
+        if len(value) <= _MEMO_MAX_LEN:
+            memo, cap = self._memo, _MEMO_MAX_ENTRIES
+        elif len(value) <= _LONG_MEMO_MAX_LEN:  # a judge's system prompt, in every record
+            memo, cap = self._long_memo, _LONG_MEMO_MAX_ENTRIES
+        else:
+            return self._text(value)
         done = memo.get(value)
         if done is None:
             done = self._text(value)
-            if len(memo) >= _MEMO_MAX_ENTRIES:
+            if len(memo) >= cap:
                 memo.clear()
             memo[value] = done
         return done
