@@ -79,9 +79,11 @@ class GraderHooks:
         # need not walk it again and again while the items run (at 10,000 items those
         # passes were a tenth of the run). Unfrozen when the loop ends, before pytest's
         # own collections at exit look for unraisable exceptions. A session with any
-        # other test keeps the interpreter as it is.
-        freeze = bool(session.items) and all(
-            isinstance(i, (ScenarioItem, CalibrationItem)) for i in session.items
+        # other test, or objects frozen already (by a conftest), keeps the interpreter as it is.
+        freeze = (
+            bool(session.items)
+            and all(isinstance(i, (ScenarioItem, CalibrationItem)) for i in session.items)
+            and gc.get_freeze_count() == 0
         )
         if freeze:
             gc.freeze()

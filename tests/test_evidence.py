@@ -15,7 +15,7 @@ import os
 import random
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +316,53 @@ def test_the_walks_short_way_for_plain_values_gives_what_the_general_way_gives()
             plain = json_safe_record(value, text=text)
             assert plain == json_safe_record(_disguised(value), text=text)
             assert text is None or secret not in json.dumps(plain)
+
+
+class _Lazy:
+    """A proxy whose type check raises (a lazy object whose target failed to load)."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        raise RuntimeError("lazy target failed")
+
+    def __repr__(self) -> str:
+        return "<Lazy>"
+
+
+class _RepeatedKeys(Mapping[str, int]):
+    """A Mapping whose items() names one key twice."""
+
+    def __getitem__(self, key: str) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[str]:
+        return iter("aa")
+
+    def __len__(self) -> int:
+        return 2
+
+    def items(self) -> Any:
+        return [("a", 1), ("a", 2)]
+
+
+def test_the_walks_short_way_keeps_what_the_general_way_kept() -> None:
+    """Found by review of the short way: a value inside a plain list that raises is noted,
+    not raised; a key that is another key's redacted text, and a key a Mapping repeats,
+    keep their values under a new name."""
+    from pytest_agenteval.evidence._redact import Redactor
+
+    safe = json_safe_record({"a": [_Lazy()], "b": 1})
+    assert safe["a"] == "[<Lazy>]" and safe["b"] == 1
+    assert safe["converted"] == [{"path": "$.a", "was": "unreadable list"}]
+    secret = "sk-" + "w" * 28
+    redact = Redactor({"OPENAI_API_KEY": secret}).text
+    both = json_safe_record({secret: 1, "[REDACTED:OPENAI_API_KEY]": 2}, text=redact)
+    assert both["[REDACTED:OPENAI_API_KEY]"] == 1
+    assert both["[REDACTED:OPENAI_API_KEY] (str)"] == 2
+    assert json_safe(_RepeatedKeys()) == (
+        {"a": 1, "a (str)": 2},
+        [{"path": '$["a (str)"]', "was": "str key (duplicate once joined)"}],
+    )
 
 
 def test_canonical_json_slow_path_matches_rfc8785_apart_from_surrogates() -> None:

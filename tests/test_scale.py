@@ -160,34 +160,49 @@ FREEZE_PROBE = """
 import gc, json, pathlib
 
 FROZEN = []
+USER_FREEZES = {user_freezes}
+
+
+def pytest_configure(config):
+    if USER_FREEZES:
+        gc.freeze()
+    FROZEN.append(gc.get_freeze_count())
 
 
 def pytest_runtest_call(item):
-    FROZEN.append(gc.get_freeze_count() > 0)
+    FROZEN.append(gc.get_freeze_count())
 
 
 def pytest_unconfigure(config):
-    after = gc.get_freeze_count()
-    pathlib.Path("frozen.json").write_text(json.dumps({"during": FROZEN, "after": after}))
+    FROZEN.append(gc.get_freeze_count())
+    pathlib.Path("frozen.json").write_text(json.dumps(FROZEN))
 """
 
 
-@pytest.mark.parametrize("plain_test", [False, True], ids=["benchmark only", "with a plain test"])
+@pytest.mark.parametrize(
+    "case", ["benchmark only", "with a plain test", "frozen by a conftest already"]
+)
 def test_the_collector_skips_what_lives_to_the_end_only_in_a_benchmark_only_run(
-    demo: pytest.Pytester, plain_test: bool
+    demo: pytest.Pytester, case: str
 ) -> None:
     """While the items of a run of benchmark items alone run, what existed before them is
     frozen out of the garbage collector's full passes; it is back before pytest's own
-    collections at exit. A session with any other test keeps the interpreter as it is."""
+    collections at exit. A session with any other test, or with objects a conftest froze,
+    keeps the interpreter as it is."""
     import json
 
+    user_freezes = case == "frozen by a conftest already"
     conftest = demo.path / "conftest.py"
-    conftest.write_text(conftest.read_text() + FREEZE_PROBE)
-    if plain_test:
-        demo.makepyfile(test_plain="def test_plain():\n    assert True\n")
-    result = demo.runpytest("--bench=demo", *(["test_plain.py", "demo"] if plain_test else []))
+    conftest.write_text(conftest.read_text() + FREEZE_PROBE.format(user_freezes=user_freezes))
+    args = ["test_plain.py", "demo"] if case == "with a plain test" else []
+    demo.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    result = demo.runpytest("--bench=demo", *args)
     assert result.ret in (0, 1), result.stdout.str()
-    seen = json.loads((demo.path / "frozen.json").read_text())
-    assert len(seen["during"]) >= 3
-    assert seen["during"] == [not plain_test] * len(seen["during"])
-    assert seen["after"] == 0
+    configured, *during, after = json.loads((demo.path / "frozen.json").read_text())
+    assert len(during) >= 3
+    if case == "benchmark only":
+        assert configured == after == 0 and all(count > 0 for count in during)
+    elif case == "with a plain test":
+        assert configured == after == 0 and during == [0] * len(during)
+    else:  # the conftest's objects stay frozen (some may be freed), and nothing is added
+        assert configured > 0 and after > 0 and all(count <= configured for count in during)

@@ -582,6 +582,10 @@ class _SafeWalker:
                         for i, item in enumerate(cast("list[object]", value))
                     ]
                 return self.mapping(cast("dict[object, object]", value), path, depth)
+            except Exception:  # as the general way: a hostile value inside stops nothing
+                self.note(path, f"unreadable {kind.__name__}")
+                shown = _text_of(value)
+                return shown if self.text is None else self.text(shown)
             finally:
                 del self.active[id(value)]
         safe = self._value(value, path, depth)
@@ -658,14 +662,15 @@ class _SafeWalker:
     def mapping(self, value: Mapping[_Key, object], path: _Path, depth: int) -> JSONObject:
         pairs = list(value.items())
         text = self.text
-        if all(type(k) is str for k, _ in pairs) and not _SURROGATE.search(
-            "".join(cast("list[str]", [k for k, _ in pairs]))
-        ):  # plain names (the usual case): each keeps its own
+        keys = [k for k, _ in pairs]
+        if (
+            all(type(k) is str for k in keys)
+            and not _SURROGATE.search("".join(cast("list[str]", keys)))
+            and (type(value) is dict or len(set(keys)) == len(keys))  # items() may repeat
+            and (text is None or [text(cast(str, k)) for k in keys] == keys)
+        ):  # distinct plain names that redaction leaves alone (the usual case)
             return {
-                cast(str, k) if text is None else text(cast(str, k)): self.value(
-                    item, (path, cast(str, k)), depth + 1
-                )
-                for k, item in pairs
+                cast(str, k): self.value(item, (path, cast(str, k)), depth + 1) for k, item in pairs
             }
         # string keys keep their names; converted keys give way when they collide
         taken = {_joined(str.__str__(k)) for k, _ in pairs if isinstance(k, str)}
