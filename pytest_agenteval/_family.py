@@ -84,7 +84,7 @@ def validate(model: type[M], data: Any, path: Path) -> M:
             first_line = first_line or line
             where = format_loc(loc) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
+            if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a dataclass
                 msg = f"unknown key {describe_key(loc[-1])}"
             elif err["type"] == "missing":
                 msg = f"missing required key {describe_key(loc[-1])}"

@@ -33,6 +33,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ._checks import Check, CheckSyntaxError, parse_check
 from ._vocab import Aggregation as AggregationName
@@ -60,7 +61,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 
 
-class Criterion(_Strict):
+@pydantic_dataclass(
+    frozen=True, slots=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+)
+class Criterion:
+    """One criterion: a slotted dataclass, not a model. A benchmark holds one or more for
+    each of its scenarios for the whole run, and a model's ``__dict__`` and fields-set
+    cost about 500 bytes apiece. Not strict as a whole, so that a mapping is read into
+    it; its text is strict, and its check is parsed below."""
+
     text: StrictStr
     check: Check | None = None
 
@@ -73,10 +82,6 @@ class Criterion(_Strict):
             return parse_check(value)
         except CheckSyntaxError as exc:
             raise ValueError(str(exc)) from None
-
-    model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, arbitrary_types_allowed=True
-    )
 
 
 def _criterion(value: Any) -> Any:

@@ -239,6 +239,17 @@ ARTICLE_CASES = {
         "scenarios.0.evaluation_criteria.0.check: check 'max_chars': "
         "Input should be a valid integer (got a string)",
     ),
+    "unknown key in a criterion": (
+        REFUSE.replace("check: {refusal: true}\n", "check: {refusal: true}\n        chek: 1\n", 1),
+        17,
+        "scenarios.0.evaluation_criteria.0.chek: unknown key 'chek'",
+    ),
+    "criterion neither text nor mapping": (
+        REFUSE.replace("check: {refusal: true}\n", "check: {refusal: true}\n      - 5\n", 1),
+        17,
+        "scenarios.0.evaluation_criteria.1: Input should be a dictionary or an instance of "
+        "Criterion (got 5)",
+    ),
     "regex": (
         REFUSE.replace("check: {refusal: true}", f"check: {{regex: '(?<={SECRET})x'}}"),
         16,
