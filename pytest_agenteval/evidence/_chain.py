@@ -574,24 +574,23 @@ class _SafeWalker:
         elif kind is bool or value is None:
             return cast("bool | None", value)
         elif (kind is dict or kind is list) and depth < _MAX_DEPTH and id(value) not in self.active:
-            self.active[id(value)] = path
             try:
-                if kind is list:
-                    return [
-                        self.value(item, (path, i), depth + 1)
-                        for i, item in enumerate(cast("list[object]", value))
-                    ]
-                return self.mapping(cast("dict[object, object]", value), path, depth)
+                return self.contents(
+                    cast("dict[object, object] | list[object]", value), path, depth
+                )
             except Exception:  # as the general way: a hostile value inside stops nothing
-                self.note(path, f"unreadable {kind.__name__}")
-                shown = _text_of(value)
-                return shown if self.text is None else self.text(shown)
-            finally:
-                del self.active[id(value)]
-        safe = self._value(value, path, depth)
+                return self._shown(self._unreadable(value, path))
+        return self._shown(self._value(value, path, depth))
+
+    def _shown(self, safe: JSONValue) -> JSONValue:
+        """*safe*, redacted when it is text."""
         if self.text is not None and isinstance(safe, str):
             return self.text(safe)
         return safe
+
+    def _unreadable(self, value: object, path: _Path) -> str:
+        self.note(path, f"unreadable {type(value).__name__}")
+        return _text_of(value)
 
     def _value(self, value: object, path: _Path, depth: int) -> JSONValue:
         if value is None or isinstance(value, bool):
@@ -610,8 +609,7 @@ class _SafeWalker:
         try:
             return self.composite(value, path, depth)
         except Exception:  # a hostile __iter__/__str__ must not stop the run either
-            self.note(path, f"unreadable {type(value).__name__}")
-            return _text_of(value)
+            return self._unreadable(value, path)
 
     def integer(self, number: int, path: _Path) -> int | str:
         if -_INT_LIMIT <= number <= _INT_LIMIT:
@@ -646,9 +644,23 @@ class _SafeWalker:
         if id(value) in self.active:
             self.note(path, "circular reference")
             return f"<circular reference to {_render(self.active[id(value)])}>"
+        return self.contents(value, path, depth)
+
+    def contents(
+        self,
+        value: Mapping[_Key, object]
+        | list[object]
+        | tuple[object, ...]
+        | set[object]
+        | frozenset[object],
+        path: _Path,
+        depth: int,
+    ) -> JSONValue:
+        """A container's contents, walked while it is marked as being walked (a circular
+        reference to it is then noted, not followed)."""
         self.active[id(value)] = path
         try:
-            if isinstance(value, Mapping):
+            if type(value) is dict or isinstance(value, Mapping):
                 return self.mapping(value, path, depth)
             if isinstance(value, (set, frozenset)):
                 self.note(path, type(value).__name__)

@@ -476,12 +476,7 @@ def _entries_xml(case: ET.Element, props: list[ET.Element]) -> tuple[bytes, byte
     """(the properties, the testcase) as ``ET.tostring`` writes them, in one call: a
     marker element between them, found again by its bytes (content cannot hold them,
     as every ``<`` in a text or an attribute is written ``&lt;``)."""
-    holder = ET.Element("h")
-    holder.extend(props)
-    holder.append(ET.Element("m"))
-    holder.append(case)
-    data: bytes = ET.tostring(holder, encoding="utf-8")
-    before, after = data[3:-4].split(b"<m />", 1)  # b"<h>" ... b"</h>"
+    before, after = _children_xml([*props, ET.Element("m"), case]).split(b"<m />", 1)
     return before, after
 
 
