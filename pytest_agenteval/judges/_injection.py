@@ -65,6 +65,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from .._checks import Answer
@@ -372,8 +373,9 @@ class _Rule:
     def then(self) -> re.Pattern[str] | None:
         return None if self.then_source is None else re.compile(_deaccent(self.then_source), _I)
 
-    def may_match(self, low: str) -> bool:
-        return all(any(n in low for n in group) for group in self.needles)
+    def may_match(self, present: AbstractSet[str]) -> bool:
+        """*present*: the prefilter strings found in the lowercased text (:func:`_present`)."""
+        return all(not present.isdisjoint(group) for group in self.needles)
 
 
 def _top_branches(pattern: str) -> list[str]:
@@ -1012,6 +1014,15 @@ _RULES: tuple[_Rule, ...] = (
 #: Rules whose instruction the agent may be repeating (quoting, translating) from its input.
 _ECHO_RULES = tuple(r for r in _RULES if r.echo)
 
+#: Every rule's prefilter strings, each looked for once in a text: 50 rules testing their
+#: groups one by one took 0.1 ms for a 500-character answer, this a third of it.
+_NEEDLES = tuple(sorted({n for rule in _RULES for group in rule.needles for n in group}))
+
+
+def _present(low: str) -> set[str]:
+    """The prefilter strings in *low*, a lowercased text."""
+    return {n for n in _NEEDLES if n in low}
+
 
 def _line_start(text: str, at: int) -> int:
     return text.rfind("\n", 0, at) + 1
@@ -1109,8 +1120,9 @@ def _findings(text: str, echoed: bool = False, slow: bool = False) -> Iterator[t
     """(label, matched text) of each rule that holds in normalised *text* (*slow*: without
     the prefilter and the fast patterns, which must not change the outcome; for tests)."""
     low = text.lower()
+    present = _present(low)
     for rule in _RULES:
-        if (echoed and rule.echo) or not (slow or rule.may_match(low)):
+        if (echoed and rule.echo) or not (slow or rule.may_match(present)):
             continue
         span = next(_hits(rule, text, low, slow), None)
         if span is not None:
@@ -1126,8 +1138,9 @@ def _gives_instructions(given: str) -> bool:
         return False
     norm = normalise(given)
     low = norm.lower()
+    present = _present(low)
     return any(
-        rule.may_match(low) and next(_hits(rule, norm, low), None) is not None
+        rule.may_match(present) and next(_hits(rule, norm, low), None) is not None
         for rule in _ECHO_RULES
     )
 
@@ -1186,6 +1199,22 @@ def injection_reasons(text: str, given: str = "") -> list[str]:
     scenario's, so the answer repeating or translating one is not flagged for it;
     anything aimed at the grader still is.
     """
+    if len(text) + len(given) <= _MEMO_CHARS:
+        return list(_memo_reasons(text, given))
+    return _reasons(text, given)
+
+
+#: An answer is scanned twice, as the judge is shown it and for its record's flags, with
+#: other items' scans between: the last few short ones are kept (at most ~2 MB).
+_MEMO_CHARS = 8192
+
+
+@functools.lru_cache(maxsize=256)
+def _memo_reasons(text: str, given: str) -> tuple[str, ...]:
+    return tuple(_reasons(text, given))
+
+
+def _reasons(text: str, given: str) -> list[str]:
     reasons: list[str] = []
     seen: set[str] = set()
 
