@@ -748,6 +748,55 @@ def test_json_object_unsupported_falls_back_to_prompt_only(fake_llm: FakeLLMServ
     assert "response_format" not in fake_llm.last().body
 
 
+def test_each_mode_puts_on_the_wire_what_chat_completions_create_would(
+    fake_llm: FakeLLMServer,
+) -> None:
+    """The OpenAI judge posts its request as plain JSON (not through ``create``'s typed
+    walk of every field): in each mode, json_schema, json_object and prompt-only, the
+    body and headers the server receives are those of ``chat.completions.create`` given
+    the same fields, with this SDK's version (CI runs the newest and the lowest)."""
+    import openai
+
+    fake_llm.enqueue(
+        Reply.error(400, "response_format json_schema unsupported"),
+        Reply.error(400, "response_format is not supported"),
+        ok("openai"),
+    )
+    result = grade(judge_for(fake_llm, "openai"))
+    assert result.details["structured"] == "prompt-only"
+    posted = list(fake_llm.requests)
+    assert [r.body.get("response_format", {}).get("type") for r in posted] == [
+        "json_schema",
+        "json_object",
+        None,
+    ]
+
+    async def create_each() -> None:
+        client = openai.AsyncOpenAI(
+            base_url=fake_llm.openai_base_url,
+            api_key=CANARY,
+            timeout=5.0,
+            max_retries=0,
+        )
+        try:
+            for sent in posted:
+                await client.chat.completions.create(**sent.body)
+        finally:
+            await client.close()
+
+    fake_llm.enqueue(ok("openai"), ok("openai"), ok("openai"))
+    asyncio.run(create_each())
+    created = fake_llm.requests[len(posted) :]
+    volatile = {"x-stainless-retry-count"}  # the SDK's own count, not the request's
+    for sent, made in zip(posted, created, strict=True):
+        assert sent.path == made.path and sent.query == made.query
+        assert sent.body == made.body  # the same JSON (its keys in another order)
+        assert len(sent.raw_body) == len(made.raw_body)
+        assert {k: v for k, v in sent.headers.items() if k not in volatile} == {
+            k: v for k, v in made.headers.items() if k not in volatile
+        }
+
+
 def test_grade_schema_pins_the_criteria_count_and_leaves_the_template() -> None:
     before = json.dumps(OUTPUT_SCHEMA, sort_keys=True)
     three = grade_schema(3)

@@ -1504,19 +1504,18 @@ class OpenAIJudge(LLMJudge["AsyncOpenAI", "ChatCompletion"]):
         return request
 
     async def _send(self, client: AsyncOpenAI, request: _Request) -> ChatCompletion:
-        # the fields are the request's own (not streamed): the SDK's overloads are not picked
-        create: Callable[..., Awaitable[ChatCompletion]] = client.chat.completions.create
-        fmt = request.get("response_format")
-        if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-            # the same bytes on the wire, but not through the SDK's typed transform, which
-            # walks the whole schema on every call: a third of the SDK's CPU per grade
-            extra = request.get("extra_body")
-            request = {k: v for k, v in request.items() if k != "response_format"}
-            request["extra_body"] = {
-                **(extra if isinstance(extra, dict) else {}),
-                "response_format": fmt,
-            }
-        return await create(**request)
+        """The request, posted as the JSON it already is.
+
+        ``client.post`` is the SDK's documented route to any endpoint: the client's
+        retries, headers and errors, and the same typed response. What it leaves out is
+        ``chat.completions.create``'s walk of every field against the SDK's typed
+        parameters, which for plain JSON changes nothing and took half a millisecond per
+        call, a third of the SDK's CPU per grade. The fake server's test holds the bodies
+        and headers on the wire equal to ``create``'s for every mode.
+        """
+        from openai.types.chat import ChatCompletion
+
+        return await client.post("/chat/completions", body=request, cast_to=ChatCompletion)
 
     def _usage(self, response: ChatCompletion) -> object:
         return response.usage
