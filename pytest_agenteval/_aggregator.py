@@ -290,6 +290,8 @@ class Aggregator:
         #: node id -> (report, facts): a quiet pass's report, slimmed at its teardown
         self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
         self._facts_pending: dict[str, dict[str, Any]] = {}  # set aside, report not yet logged
+        #: node id -> (its setup report's keywords, is it a benchmark item), to its teardown
+        self._keywords: dict[str, tuple[Any, bool]] = {}
 
     def expect_items(self, items: list[Any]) -> None:
         """The items this process collected (serial run, or a worker)."""
@@ -429,6 +431,7 @@ class Aggregator:
         """After every hook read *report*: once its item's teardown is reported (pytest-html
         reads an item's reports then), a quiet pass's report keeps only the facts, as
         pytest holds every report to the end of the session."""
+        self._share_keywords(report)
         if report.when == "teardown":
             held = self._unslimmed.pop(report.nodeid, None)
             if held is not None:
@@ -437,6 +440,27 @@ class Aggregator:
         facts = self._facts_pending.pop(report.nodeid, None)  # the raw node id, as taken
         if facts is not None:
             self._unslimmed[report.nodeid] = (report, facts)
+
+    def _share_keywords(self, report: pytest.TestReport) -> None:
+        """pytest gives each of an item's three reports its own copy of the item's keywords
+        (about 270 bytes for a scenario, all kept to the end): a benchmark item's reports
+        (its call report carries a record) share the first one's, when equal, once every
+        hook has read them."""
+        nodeid = report.nodeid
+        if report.when == "setup":
+            self._keywords[nodeid] = (report.keywords, False)
+            return
+        held = self._keywords.get(nodeid)
+        if held is None:
+            return
+        first, ours = held
+        if report.when == "call" and isinstance(getattr(report, "agenteval", None), dict):
+            ours = True
+            self._keywords[nodeid] = (first, ours)
+        if ours and report.keywords == first:
+            report.keywords = first
+        if report.when == "teardown":
+            del self._keywords[nodeid]
 
     def _stream_of(self, bucket: Collected) -> ReportStream:
         if bucket.stream is None:

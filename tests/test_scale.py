@@ -236,3 +236,25 @@ def test_the_interpreter_skips_its_collections_at_exit_only_after_a_benchmark_on
         assert frozen_at_exit > 0
     else:
         assert frozen_at_exit == 0
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_benchmark_items_reports_share_one_copy_of_its_keywords(
+    demo: pytest.Pytester, workers: list[str]
+) -> None:
+    """pytest keeps every report to the end of the session and gives each of an item's
+    three its own copy of the item's keywords: a benchmark item's reports share one, the
+    same keywords (on xdist's controller too); a plain test's are left as pytest made them."""
+    demo.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    reprec = demo.inline_run("--bench=demo", "test_plain.py", "demo", *workers)
+    by_node: dict[str, list[pytest.TestReport]] = {}
+    for report in reprec.getreports("pytest_runtest_logreport"):
+        by_node.setdefault(report.nodeid, []).append(report)
+    plain = by_node.pop("test_plain.py::test_plain")
+    assert len(plain) == 3 and len({id(r.keywords) for r in plain}) == 3
+    assert len(by_node) >= 3
+    for nodeid, reports in by_node.items():
+        assert [r.when for r in reports] == ["setup", "call", "teardown"], nodeid
+        shared = reports[0].keywords
+        assert all(r.keywords is shared for r in reports), nodeid
+        assert nodeid.rsplit("::", 1)[-1] in shared and "agenteval" in shared, nodeid
