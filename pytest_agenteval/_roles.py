@@ -17,7 +17,6 @@ Both read the run's shared :class:`~pytest_agenteval._session.AgentevalState`
 
 from __future__ import annotations
 
-import atexit
 import gc
 import inspect
 from collections.abc import Generator
@@ -93,15 +92,6 @@ class GraderHooks:
         finally:
             if freeze:
                 gc.unfreeze()
-                # Frozen again at the interpreter's exit, once pytest has returned (its
-                # collection for unraisable exceptions made, the run's files closed and
-                # synced): the interpreter's teardown otherwise makes full passes over every
-                # object still alive, 0.35 s after 200 items here and 0.65 s after 2,000,
-                # longer than the run takes to write its reports. What it skips is finalizing
-                # objects caught in reference cycles at exit, which CPython does not promise.
-                # Registered once per process, however many sessions it runs.
-                atexit.unregister(gc.freeze)
-                atexit.register(gc.freeze)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(

@@ -208,34 +208,37 @@ def test_the_collector_skips_what_lives_to_the_end_only_in_a_benchmark_only_run(
         assert configured > 0 and after > 0 and all(count <= configured for count in during)
 
 
-EXIT_PROBE = """
-import atexit, gc, pathlib
+CYCLIC_LOG = """
 
-# registered before the plugin's own exit hook, so it runs after it
-atexit.register(
-    lambda: pathlib.Path("at-exit.txt").write_text(str(gc.get_freeze_count()))
-)
+class _TraceLog:
+    # a log an agent or a conftest might keep: in a reference cycle, never closed
+    def __init__(self, path):
+        self.out = open(path, "w")
+        self.on_event = self.write  # the bound method holds the object: a cycle
+
+    def write(self, text):
+        self.out.write(text)
+
+
+TRACE = _TraceLog("trace.log")
+
+
+def pytest_runtest_logreport(report):
+    TRACE.on_event(report.nodeid + "\\n")
 """
 
 
-@pytest.mark.parametrize("case", ["benchmark only", "with a plain test"])
-def test_the_interpreter_skips_its_collections_at_exit_only_after_a_benchmark_only_run(
-    demo: pytest.Pytester, case: str
-) -> None:
-    """After a run of benchmark items alone, what is alive at exit is frozen out of the
-    interpreter's teardown collections (0.35 s of a 200-item run here), once pytest has
-    returned; a session with any other test exits as the interpreter does by itself."""
+def test_what_a_cyclic_object_buffered_is_still_written_at_exit(demo: pytest.Pytester) -> None:
+    """A buffered file held in a reference cycle and never closed is flushed when the
+    interpreter's exit collection finalizes it. The plugin once froze everything alive at
+    exit out of those collections after a run of benchmark items alone (0.35 s faster
+    after 200 items), and such a file was left empty: nothing may be lost for speed."""
     conftest = demo.path / "conftest.py"
-    conftest.write_text(conftest.read_text() + EXIT_PROBE)
-    args = ["test_plain.py", "demo"] if case == "with a plain test" else []
-    demo.makepyfile(test_plain="def test_plain():\n    assert True\n")
-    result = demo.runpytest_subprocess("--bench=demo", "-p", "no:cacheprovider", *args)
+    conftest.write_text(conftest.read_text() + CYCLIC_LOG)
+    result = demo.runpytest_subprocess("--bench=demo", "-p", "no:cacheprovider")
     assert result.ret in (0, 1), result.stdout.str()
-    frozen_at_exit = int((demo.path / "at-exit.txt").read_text())
-    if case == "benchmark only":
-        assert frozen_at_exit > 0
-    else:
-        assert frozen_at_exit == 0
+    logged = (demo.path / "trace.log").read_text().splitlines()
+    assert len(logged) >= 9 and all("demo/" in line for line in logged), logged
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
