@@ -749,14 +749,24 @@ def test_json_object_unsupported_falls_back_to_prompt_only(fake_llm: FakeLLMServ
 
 
 def test_each_mode_puts_on_the_wire_what_chat_completions_create_would(
-    fake_llm: FakeLLMServer,
+    fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The OpenAI judge posts its request as plain JSON (not through ``create``'s typed
     walk of every field): in each mode, json_schema, json_object and prompt-only, the
-    body and headers the server receives are those of ``chat.completions.create`` given
-    the same fields, with this SDK's version (CI runs the newest and the lowest)."""
+    body and headers the server receives are those ``chat.completions.create`` sends for
+    the judge's own request, with this SDK's version (CI runs the newest and the lowest).
+    An admin key in the environment goes nowhere: the call carries the judge's key."""
     import openai
 
+    monkeypatch.setenv("OPENAI_ADMIN_KEY", "sk-admin-canary-999")
+    built: list[dict[str, Any]] = []
+    send = OpenAIJudge._send
+
+    async def keep(self: OpenAIJudge, client: Any, request: dict[str, Any]) -> Any:
+        built.append(json.loads(json.dumps(request)))  # as built, before anything sends it
+        return await send(self, client, request)
+
+    monkeypatch.setattr(OpenAIJudge, "_send", keep)
     fake_llm.enqueue(
         Reply.error(400, "response_format json_schema unsupported"),
         Reply.error(400, "response_format is not supported"),
@@ -765,22 +775,20 @@ def test_each_mode_puts_on_the_wire_what_chat_completions_create_would(
     result = grade(judge_for(fake_llm, "openai"))
     assert result.details["structured"] == "prompt-only"
     posted = list(fake_llm.requests)
-    assert [r.body.get("response_format", {}).get("type") for r in posted] == [
+    assert [r.get("response_format", {}).get("type") for r in built] == [
         "json_schema",
         "json_object",
         None,
     ]
+    assert all(r.headers["authorization"] == f"Bearer {CANARY}" for r in posted)
 
     async def create_each() -> None:
         client = openai.AsyncOpenAI(
-            base_url=fake_llm.openai_base_url,
-            api_key=CANARY,
-            timeout=5.0,
-            max_retries=0,
+            base_url=fake_llm.openai_base_url, api_key=CANARY, timeout=5.0, max_retries=0
         )
         try:
-            for sent in posted:
-                await client.chat.completions.create(**sent.body)
+            for request in built:
+                await client.chat.completions.create(**request)
         finally:
             await client.close()
 

@@ -1205,7 +1205,8 @@ def injection_reasons(text: str, given: str = "") -> list[str]:
 
 
 #: An answer is scanned twice, as the judge is shown it and for its record's flags, with
-#: other items' scans between: the last few short ones are kept (at most ~2 MB).
+#: other items' scans between: the last 256 short ones are kept (256 x 8,192 characters:
+#: 2 MB of ASCII, 8 MB at worst).
 _MEMO_CHARS = 8192
 
 
