@@ -737,14 +737,20 @@ def test_json_schema_unsupported_falls_back_to_json_object(fake_llm: FakeLLMServ
     assert second.details["attempts"] == 1
 
 
-def test_json_object_unsupported_falls_back_to_prompt_only(fake_llm: FakeLLMServer) -> None:
-    fake_llm.enqueue(
+def through_every_openai_mode(server: FakeLLMServer) -> Grade:
+    """A grade whose server refuses json_schema, then json_object: three calls, one per mode."""
+    server.enqueue(
         Reply.error(400, "response_format json_schema unsupported"),
         Reply.error(400, "response_format is not supported"),
         ok("openai"),
     )
-    result = grade(judge_for(fake_llm, "openai"))
+    result = grade(judge_for(server, "openai"))
     assert result.details["structured"] == "prompt-only"
+    return result
+
+
+def test_json_object_unsupported_falls_back_to_prompt_only(fake_llm: FakeLLMServer) -> None:
+    through_every_openai_mode(fake_llm)
     assert "response_format" not in fake_llm.last().body
 
 
@@ -767,13 +773,7 @@ def test_each_mode_puts_on_the_wire_what_chat_completions_create_would(
         return await send(self, client, request)
 
     monkeypatch.setattr(OpenAIJudge, "_send", keep)
-    fake_llm.enqueue(
-        Reply.error(400, "response_format json_schema unsupported"),
-        Reply.error(400, "response_format is not supported"),
-        ok("openai"),
-    )
-    result = grade(judge_for(fake_llm, "openai"))
-    assert result.details["structured"] == "prompt-only"
+    through_every_openai_mode(fake_llm)
     posted = list(fake_llm.requests)
     assert [r.get("response_format", {}).get("type") for r in built] == [
         "json_schema",
