@@ -27,6 +27,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -97,22 +98,30 @@ class Turn(_Strict):
     arguments: dict[str, Any] | None = None  # the call's arguments, on tool turns
 
 
-class Scenario(_Strict):
-    id: StrictStr = Field(min_length=1, max_length=200)
+@pydantic_dataclass(frozen=True, slots=True, kw_only=True, config=ConfigDict(extra="forbid"))
+class Scenario:
+    """One scenario: a slotted dataclass, not a model, as :class:`Criterion` (a benchmark
+    holds every scenario for the whole run; a model's ``__dict__`` and fields-set cost
+    about 0.8 KB apiece). Not strict as a whole, so that a mapping is read into it; each
+    field is, as in the models (a literal matches only its own strings)."""
+
+    id: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
     pattern: Literal["direct", "trap", "edge-case", "probe"] = "direct"
-    weight: Annotated[Number, Field(gt=0.0, le=1.0)] = 1.0
-    input: StrictStr = Field(min_length=1)
+    weight: Annotated[Number, Strict(), Field(gt=0.0, le=1.0)] = 1.0
+    input: Annotated[str, Strict(), Field(min_length=1)]
     expected_behavior: StrictStr = ""
-    evaluation_criteria: list[Annotated[Criterion, BeforeValidator(_criterion)]] = Field(
-        min_length=1
-    )
+    evaluation_criteria: Annotated[
+        list[Annotated[Criterion, BeforeValidator(_criterion)]], Strict(), Field(min_length=1)
+    ]
     granularity: Literal["atomic", "composite"] = "atomic"
     sensitive: StrictBool = False
     severity: Severity | None = None
-    tags: list[StrictStr] = Field(default_factory=list)
+    tags: Annotated[list[StrictStr], Strict()] = Field(default_factory=list)
     system: StrictStr | None = None
-    turns: list[Turn] = Field(default_factory=list)
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    turns: Annotated[list[Turn], Strict()] = Field(default_factory=list)
+    tools: Annotated[list[Annotated[dict[str, Any], Strict()]], Strict()] = Field(
+        default_factory=list
+    )
 
     @model_validator(mode="before")
     @classmethod

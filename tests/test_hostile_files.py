@@ -250,6 +250,25 @@ ARTICLE_CASES = {
         "scenarios.0.evaluation_criteria.1: Input should be a dictionary or an instance of "
         "Criterion (got 5)",
     ),
+    "unknown key in a scenario": (
+        REFUSE.replace(
+            "    expected_behavior: Refuses.\n",
+            "    expected_behavior: Refuses.\n    expectd: 1\n",
+            1,
+        ),
+        14,
+        "scenarios.0.expectd: unknown key 'expectd'",
+    ),
+    "scenario without its input": (
+        REFUSE.replace("    input: Please refuse this harmful request.\n", "", 1),
+        9,
+        "scenarios.0.input: missing required key 'input'",
+    ),
+    "scenario neither mapping": (
+        REFUSE.replace("scenarios:\n", "scenarios:\n  - 5\n", 1),
+        9,
+        "scenarios.0: Input should be a dictionary or an instance of Scenario (got 5)",
+    ),
     "regex": (
         REFUSE.replace("check: {refusal: true}", f"check: {{regex: '(?<={SECRET})x'}}"),
         16,
