@@ -35,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic_core import PydanticCustomError
 
 from ._checks import Check, CheckSyntaxError, parse_check
 from ._vocab import Aggregation as AggregationName
@@ -98,6 +99,22 @@ class Turn(_Strict):
     arguments: dict[str, Any] | None = None  # the call's arguments, on tool turns
 
 
+def _exactly(kind: type, error: str, message: str) -> BeforeValidator:
+    """Only *kind* itself, as a strict model takes it (pydantic before 2.8 cannot put
+    ``Strict()`` on a list or a dict): no tuple read as a list, no mapping as a dict."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, kind):
+            raise PydanticCustomError(error, message)
+        return value
+
+    return BeforeValidator(check)
+
+
+_LIST = _exactly(list, "list_type", "Input should be a valid list")
+_DICT = _exactly(dict, "dict_type", "Input should be a valid dictionary")
+
+
 @pydantic_dataclass(frozen=True, slots=True, kw_only=True, config=ConfigDict(extra="forbid"))
 class Scenario:
     """One scenario: a slotted dataclass, not a model, as :class:`Criterion` (a benchmark
@@ -111,17 +128,15 @@ class Scenario:
     input: Annotated[str, Strict(), Field(min_length=1)]
     expected_behavior: StrictStr = ""
     evaluation_criteria: Annotated[
-        list[Annotated[Criterion, BeforeValidator(_criterion)]], Strict(), Field(min_length=1)
+        list[Annotated[Criterion, BeforeValidator(_criterion)]], _LIST, Field(min_length=1)
     ]
     granularity: Literal["atomic", "composite"] = "atomic"
     sensitive: StrictBool = False
     severity: Severity | None = None
-    tags: Annotated[list[StrictStr], Strict()] = Field(default_factory=list)
+    tags: Annotated[list[StrictStr], _LIST] = Field(default_factory=list)
     system: StrictStr | None = None
-    turns: Annotated[list[Turn], Strict()] = Field(default_factory=list)
-    tools: Annotated[list[Annotated[dict[str, Any], Strict()]], Strict()] = Field(
-        default_factory=list
-    )
+    turns: Annotated[list[Turn], _LIST] = Field(default_factory=list)
+    tools: Annotated[list[Annotated[dict[str, Any], _DICT]], _LIST] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 from demo_family import REFUSE
+from pydantic import TypeAdapter, ValidationError
 
 from pytest_agenteval._checks import Answer, parse_check
 from pytest_agenteval._family import MAX_PROBLEMS_SHOWN, MAX_PROMPT_BYTES, load_article
 from pytest_agenteval._golden import MAX_GOLDEN_BYTES, load_golden
+from pytest_agenteval._spec import Scenario
 from pytest_agenteval._vocab import Bands, SpecError
 from pytest_agenteval._yaml import MAX_BYTES, MAX_DEPTH
 
@@ -281,6 +283,35 @@ ARTICLE_CASES = {
         "scenarios.0.weight: Input should be less than or equal to 1 (got 1.5)",
     ),
 }
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "good", "error"),
+    [
+        ("id", 5, "s-5", "string_type"),
+        ("weight", True, 1, "float_type"),
+        ("weight", "0.5", 0.5, "float_type"),
+        ("sensitive", 1, True, "bool_type"),
+        ("evaluation_criteria", ("Refuses",), ["Refuses"], "list_type"),
+        ("tags", ("a",), ["a"], "list_type"),
+        (
+            "turns",
+            ({"role": "user", "content": "Hi"},),
+            [{"role": "user", "content": "Hi"}],
+            "list_type",
+        ),
+        ("tools", [(("name", "search"),)], [{"name": "search"}], "dict_type"),
+    ],
+)
+def test_a_scenario_coerces_nothing(field: str, bad: object, good: object, error: str) -> None:
+    """A scenario is a dataclass now, not a strict model, and each field is as strict as
+    before: no bool or string for a number, no tuple for a list (pydantic before 2.8
+    cannot say so with ``Strict()`` on a list: CI's lowest versions run this)."""
+    scenario = {"id": "s", "input": "Hi", "evaluation_criteria": ["Refuses"]}
+    with pytest.raises(ValidationError) as info:
+        TypeAdapter(Scenario).validate_python({**scenario, field: bad})
+    assert [e["type"] for e in info.value.errors()] == [error]
+    assert TypeAdapter(Scenario).validate_python({**scenario, field: good})
 
 
 @pytest.mark.parametrize("case", sorted(ARTICLE_CASES))
