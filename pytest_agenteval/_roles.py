@@ -17,7 +17,6 @@ Both read the run's shared :class:`~pytest_agenteval._session.AgentevalState`
 
 from __future__ import annotations
 
-import gc
 import inspect
 from collections.abc import Generator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ._collect import ScenarioItem, no_subject
+from ._collector import QuietCollector
 from ._golden_items import CalibrationItem
 from ._grader import setup_error_text
 from .evidence._chain import json_safe_record
@@ -41,9 +41,10 @@ SUBJECT_FIXTURE = "agenteval_subject"
 class GraderHooks:
     """Hooks of the process that grades: an xdist worker, or a serial run."""
 
-    def __init__(self, state: AgentevalState, grader: Grader) -> None:
+    def __init__(self, state: AgentevalState, grader: Grader, collector: QuietCollector) -> None:
         self.state = state
         self.grader = grader
+        self.collector = collector
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Build judges and subjects once collection found benchmark items.
@@ -52,6 +53,12 @@ class GraderHooks:
         item runs, and SDK imports happen at start-up, not during the first item.
         """
         items = [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
+        # A run of benchmark items alone: the collector is quietened while it imports the
+        # SDKs and runs the items (see _collector.py); register_roles undoes it after pytest's
+        # own collections at the end.
+        alone = bool(items) and len(items) == len(session.items)
+        if alone and not session.config.option.collectonly:
+            self.collector.start()
         if items:
             self.state.judges()
             from .judges._batch import check_items
@@ -74,24 +81,8 @@ class GraderHooks:
             from ._progress import PROGRESS
 
             run_batch_phase(self.state, session, session.config.stash.get(PROGRESS, None))
-        # A run of benchmark items only: what exists now (the modules, the SDK, the items
-        # and their scenarios) lives to the end, so the garbage collector's full passes
-        # need not walk it again and again while the items run (at 10,000 items those
-        # passes were a tenth of the run). Unfrozen when the loop ends, before pytest's
-        # own collections at exit look for unraisable exceptions. A session with any
-        # other test, or objects frozen already (by a conftest), keeps the interpreter as it is.
-        freeze = (
-            bool(session.items)
-            and all(isinstance(i, (ScenarioItem, CalibrationItem)) for i in session.items)
-            and gc.get_freeze_count() == 0
-        )
-        if freeze:
-            gc.freeze()
-        try:
-            return (yield)
-        finally:
-            if freeze:
-                gc.unfreeze()
+        self.collector.freeze_since()  # what the judges and the subject made, too
+        return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(
@@ -223,6 +214,12 @@ def register_roles(config: pytest.Config, state: AgentevalState) -> None:
     from ._aggregator import Aggregator
     from ._grader import Grader
 
+    # Cleanups run last first. This one is added in the plugin's pytest_configure, which
+    # pluggy calls before the builtin plugins' (registered earlier), so it runs after the
+    # cleanup in which pytest collects garbage to look for unraisable exceptions: that
+    # collection still skips what the run froze.
+    collector = QuietCollector()
+    config.add_cleanup(collector.stop)
     config.add_cleanup(state.close)
     # where xdist registers its DSession (its _is_distribution_mode, and not --collect-only):
     # this process then collects and runs nothing. ``--dist load`` without -n or --tx runs
@@ -235,7 +232,9 @@ def register_roles(config: pytest.Config, state: AgentevalState) -> None:
     )
     if not controller:
         state.grader = Grader(state)
-        config.pluginmanager.register(GraderHooks(state, state.grader), "agenteval-grader")
+        config.pluginmanager.register(
+            GraderHooks(state, state.grader, collector), "agenteval-grader"
+        )
     if not state.is_worker:
         state.aggregator = Aggregator(state)
         config.pluginmanager.register(

@@ -159,53 +159,76 @@ def test_sync_subject_calls_reuse_a_few_threads_and_a_hung_one_holds_only_its_ow
 FREEZE_PROBE = """
 import gc, json, pathlib
 
-FROZEN = []
+SEEN = []
 USER_FREEZES = {user_freezes}
+
+
+def seen():
+    SEEN.append([gc.get_freeze_count(), gc.get_threshold()[0]])
 
 
 def pytest_configure(config):
     if USER_FREEZES:
         gc.freeze()
-    FROZEN.append(gc.get_freeze_count())
+    seen()
 
 
 def pytest_runtest_call(item):
-    FROZEN.append(gc.get_freeze_count())
+    seen()
 
 
 def pytest_unconfigure(config):
-    FROZEN.append(gc.get_freeze_count())
-    pathlib.Path("frozen.json").write_text(json.dumps(FROZEN))
+    seen()
+    pathlib.Path("frozen.json").write_text(json.dumps(SEEN))
 """
 
 
 @pytest.mark.parametrize(
     "case", ["benchmark only", "with a plain test", "frozen by a conftest already"]
 )
-def test_the_collector_skips_what_lives_to_the_end_only_in_a_benchmark_only_run(
+def test_the_collector_is_quietened_only_in_a_benchmark_only_run_and_restored_after(
     demo: pytest.Pytester, case: str
 ) -> None:
-    """While the items of a run of benchmark items alone run, what existed before them is
-    frozen out of the garbage collector's full passes; it is back before pytest's own
-    collections at exit. A session with any other test, or with objects a conftest froze,
-    keeps the interpreter as it is."""
+    """While a run of benchmark items alone runs, what existed before them is frozen out of
+    the garbage collector's full passes and generation 0 waits for 10,000 allocations; both
+    are undone when the session ends (this process calls pytest in-process, as an IDE
+    does). A session with any other test, or with objects a conftest froze, keeps the
+    interpreter as it is."""
+    import gc
     import json
+
+    from pytest_agenteval._collector import YOUNG_THRESHOLD
 
     user_freezes = case == "frozen by a conftest already"
     conftest = demo.path / "conftest.py"
     conftest.write_text(conftest.read_text() + FREEZE_PROBE.format(user_freezes=user_freezes))
     args = ["test_plain.py", "demo"] if case == "with a plain test" else []
     demo.makepyfile(test_plain="def test_plain():\n    assert True\n")
-    result = demo.runpytest("--bench=demo", *args)
-    assert result.ret in (0, 1), result.stdout.str()
-    configured, *during, after = json.loads((demo.path / "frozen.json").read_text())
-    assert len(during) >= 3
-    if case == "benchmark only":
-        assert configured == after == 0 and all(count > 0 for count in during)
-    elif case == "with a plain test":
-        assert configured == after == 0 and during == [0] * len(during)
-    else:  # the conftest's objects stay frozen (some may be freed), and nothing is added
-        assert configured > 0 and after > 0 and all(count <= configured for count in during)
+    threshold = gc.get_threshold()
+    assert gc.get_freeze_count() == 0 and threshold[0] < YOUNG_THRESHOLD
+    try:
+        result = demo.runpytest("--bench=demo", *args)
+        assert result.ret in (0, 1), result.stdout.str()
+        (configured, *during, at_unconfigure) = json.loads((demo.path / "frozen.json").read_text())
+        assert len(during) >= 3
+        if case == "benchmark only":
+            assert configured == [0, threshold[0]]
+            assert all(count > 0 and young == YOUNG_THRESHOLD for count, young in during)
+            # still quiet in pytest's own last collections, which follow the hooks
+            assert at_unconfigure[0] > 0
+        elif case == "with a plain test":
+            assert configured == at_unconfigure == [0, threshold[0]]
+            assert during == [[0, threshold[0]]] * len(during)
+        else:  # the conftest's objects stay frozen (some may be freed), and nothing is added
+            assert configured[0] > 0 and at_unconfigure[0] > 0
+            assert all(count <= configured[0] for count, _ in during)
+            assert all(young == threshold[0] for _, young in [configured, *during])
+        if case != "frozen by a conftest already":  # the session gave the interpreter back
+            assert gc.get_freeze_count() == 0
+        assert gc.get_threshold() == threshold
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 CYCLIC_LOG = """
@@ -239,6 +262,46 @@ def test_what_a_cyclic_object_buffered_is_still_written_at_exit(demo: pytest.Pyt
     assert result.ret in (0, 1), result.stdout.str()
     logged = (demo.path / "trace.log").read_text().splitlines()
     assert len(logged) >= 9 and all("demo/" in line for line in logged), logged
+
+
+DROPPED_IN_A_CYCLE = """
+
+class _Holder:
+    # made when the conftest is imported (before the items run: frozen with them),
+    # dropped during the run in a reference cycle, with a __del__ that writes, then fails
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        with open("finalized.txt", "w") as out:
+            out.write("finalized")
+        raise RuntimeError("the conftest's holder failed in __del__")
+
+
+HOLDER = _Holder()
+
+
+def pytest_runtest_call(item):
+    global HOLDER
+    HOLDER = None
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_what_the_run_froze_and_then_dropped_is_still_finalized_and_its_error_shown(
+    demo: pytest.Pytester, workers: list[str]
+) -> None:
+    """An object made before the items ran (so frozen with them) and dropped during the run
+    in a reference cycle is finalized once the session gives the collector back: its
+    ``__del__`` runs (it writes a file) and its error is shown, as pytest's warning or,
+    when pytest's own last collection skipped it, as Python's "Exception ignored"."""
+    conftest = demo.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + DROPPED_IN_A_CYCLE)
+    result = demo.runpytest_subprocess("--bench=demo", "-p", "no:cacheprovider", *workers)
+    assert result.ret in (0, 1), result.stdout.str()
+    assert (demo.path / "finalized.txt").read_text() == "finalized"
+    shown = result.stdout.str() + result.stderr.str()
+    assert "the conftest's holder failed in __del__" in shown, shown
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
