@@ -330,13 +330,15 @@ class Aggregator:
     def _compare_conditions(self, trees: dict[Any, Any]) -> dict[tuple[str, str], dict[str, Any]]:
         """Family × preset -> the comparison of its conditions (two or more), the first
         declared condition the reference."""
-        from ._conditions import compare_conditions, scores_of
-
-        order = [c.name for c in self.run.conditions]
         groups: dict[tuple[str, str], list[tuple[str, Any]]] = {}
         for (root, preset, condition), tree in trees.items():
             if condition:
                 groups.setdefault((root, preset), []).append((condition, tree))
+        if not groups:  # a run without conditions: the module is not imported
+            return {}
+        from ._conditions import compare_conditions, scores_of
+
+        order = [c.name for c in self.run.conditions]
         out = {}
         for key, members in groups.items():
             if len(members) < 2 or all(tree is None or tree.score is None for _, tree in members):

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ._conditions import Condition
 from ._family import Article, Family, Plan, gc_paused
 from ._spec import Scenario
 from ._stash import PAIRWISE, STATE
@@ -24,6 +23,7 @@ from ._vocab import AgentevalError, ItemError, SpecError
 from .judges._base import CriterionSpec, criteria_from
 
 if TYPE_CHECKING:
+    from ._conditions import Condition
     from ._session import AgentevalState
 
 

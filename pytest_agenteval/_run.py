@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ._checks import Answer, ToolCall
-from ._conditions import Condition
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
 from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
@@ -49,6 +48,7 @@ from .judges._injection import given_text, scan_answer
 from .subjects._base import SubjectError, call_subject
 
 if TYPE_CHECKING:
+    from ._conditions import Condition
     from ._mcp import McpCall
 
 

@@ -193,7 +193,10 @@ def _settings_dict(settings: Any) -> dict[str, Any] | None:
 
 
 def _conditions(run: settings.RunSettings, rootpath: Path) -> list[Any]:
-    """The run's conditions: ``--conditions=FILE`` merged with ``--condition`` specs."""
+    """The run's conditions: ``--conditions=FILE`` merged with ``--condition`` specs.
+    Without either, none: the module (and its pydantic models) is not imported."""
+    if not (run.conditions_file or run.condition_specs):
+        return []
     from ._conditions import (
         ConditionError,
         load_conditions_file,
