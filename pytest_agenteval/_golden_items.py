@@ -13,19 +13,21 @@ import asyncio
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ._checks import Check
 from ._evals import EvalResult, band_verdict, combine_results
 from ._family import Article, Family
-from ._golden import GoldenEntry, Triage, load_golden, triage
 from ._spec import Scenario
 from ._stash import STATE
 from ._vocab import AgentevalError, ConfigError, ItemError, SpecError
 from .judges._base import CriterionSpec, GradeRequest, Judge, criteria_from, grade_to_result
 from .subjects._base import Response
+
+if TYPE_CHECKING:  # the golden-file loader is imported when a golden file is collected
+    from ._golden import GoldenEntry, Triage
 
 
 class CalibrationMismatch(AgentevalError, AssertionError):
@@ -59,6 +61,8 @@ class GoldenCollector(pytest.Collector):
         article or scenario, see :func:`~pytest_agenteval._golden.triage`) is one
         :class:`SkippedEntry`, so that it is counted and kept in the evidence, never
         a whole-file error."""
+        from ._golden import load_golden, triage
+
         state = self.config.stash[STATE]
         try:
             golden = load_golden(self.path)

@@ -61,6 +61,7 @@ class GraderHooks:
             self.collector.start()
         if items:
             self.state.judges()
+        if items and self.state.settings.judge_batch:
             from .judges._batch import check_items
 
             check_items(self.state, items)  # what --judge-batch cannot do: refused now
@@ -75,10 +76,9 @@ class GraderHooks:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
         """With ``--judge-batch``: the calibration grades come from batches, gathered first."""
-        from .judges._batch import batch_options, run_batch_phase
-
-        if batch_options(session.config).enabled:
+        if self.state.settings.judge_batch:
             from ._progress import PROGRESS
+            from .judges._batch import run_batch_phase
 
             run_batch_phase(self.state, session, session.config.stash.get(PROGRESS, None))
         self.collector.freeze_since()  # what the judges and the subject made, too

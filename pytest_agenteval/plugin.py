@@ -375,9 +375,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = state
     register_roles(config, state)
     from ._progress import ProgressPlugin
-    from .judges._batch import check_options
 
-    if not state.is_worker:
+    if state.settings.judge_batch and not state.is_worker:
+        from .judges._batch import check_options
+
         check_options(config)  # --judge-batch under -n: refused before collection
     config.pluginmanager.register(ProgressPlugin(state), "agenteval-progress")
     if state.settings.pairwise is not None:
