@@ -46,6 +46,14 @@ class GraderHooks:
         self.grader = grader
         self.collector = collector
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The collector given back before pytest's own collections at the end (pytest 8.4+
+        makes one in a cleanup, 9.1+ one in its pytest_unconfigure too): they look for
+        exceptions in finalizers, which ``-W error`` makes a failed run, and must see
+        everything the run dropped, frozen or not."""
+        self.collector.stop()
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Build judges and subjects once collection found benchmark items.
 
@@ -54,8 +62,7 @@ class GraderHooks:
         """
         items = [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
         # A run of benchmark items alone: the collector is quietened while it imports the
-        # SDKs and runs the items (see _collector.py); register_roles undoes it after pytest's
-        # own collections at the end.
+        # SDKs and runs the items (see _collector.py), until pytest_unconfigure.
         alone = bool(items) and len(items) == len(session.items)
         if alone and not session.config.option.collectonly:
             self.collector.start()
@@ -214,10 +221,8 @@ def register_roles(config: pytest.Config, state: AgentevalState) -> None:
     from ._aggregator import Aggregator
     from ._grader import Grader
 
-    # Cleanups run last first. This one is added in the plugin's pytest_configure, which
-    # pluggy calls before the builtin plugins' (registered earlier), so it runs after the
-    # cleanup in which pytest collects garbage to look for unraisable exceptions: that
-    # collection still skips what the run froze.
+    # GraderHooks.pytest_unconfigure gives the collector back before pytest's own
+    # collections at the end; this cleanup does, should that hook not be reached.
     collector = QuietCollector()
     config.add_cleanup(collector.stop)
     config.add_cleanup(state.close)
