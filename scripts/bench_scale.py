@@ -15,9 +15,12 @@ whole processes interleaved over the repeats,
 and reports medians: ms per scenario of collection, ms per item of plugin
 work beyond the bare loop (``(pytest - bare - startup) / N`` where start-up
 is ``pytest --collect-only`` on a one-scenario family), and each process's
-peak RSS (from ``wait4``), whose slope between two sizes is the memory per
-item; with two sizes, also the slopes of time and memory beyond pytest's own
-floor. Nothing leaves loopback. Usage::
+peak RSS, whose slope between two sizes is the memory per item; with two
+sizes, also the slopes of time and memory beyond pytest's own floor. Each
+contender's CPU time (user + system, from the children's rusage; the fake
+server runs in this process, so its work is not counted) is reported beside
+the wall time: on a shared virtual machine wall time per item wanders with
+the host's load, and CPU time less. Nothing leaves loopback. Usage::
 
     python scripts/bench_scale.py [--sizes 2000 10000] [--concurrency 32] [--repeats 3]
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -68,11 +72,18 @@ def test_item(i):
 """
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of one whole process (the peak of its own address space)."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """(seconds, peak RSS in MiB, CPU seconds) of one whole process (the peak of its own
+    address space; its user and system time)."""
     peak_file = cwd / ".bench-peak"
     env = {**env, "BENCH_PEAK_FILE": str(peak_file)}
     wrapped = [cmd[0], "-c", _PEAK, *cmd[1:]]
+    cpu = _children_cpu()
     start = time.perf_counter()
     proc = subprocess.run(
         wrapped, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -82,7 +93,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
         sys.exit(
             f"{cmd[:5]} exited {proc.returncode}:\n{proc.stdout[-3000:].decode(errors='replace')}"
         )
-    return elapsed, int(peak_file.read_text()) / 1024
+    return elapsed, int(peak_file.read_text()) / 1024, _children_cpu() - cpu
 
 
 def main() -> int:
@@ -124,7 +135,7 @@ def main() -> int:
                 order = list(cmds) if i % 2 == 0 else list(cmds)[::-1]
                 for name in order:
                     cmd, cwd = cmds[name]
-                    row[name], row[f"{name}_rss"] = run(cmd, cwd, env)
+                    row[name], row[f"{name}_rss"], row[f"{name}_cpu"] = run(cmd, cwd, env)
                 rows.append(row)
 
             def med(key: str, rows: list[dict[str, float]] = rows) -> float:
@@ -147,7 +158,17 @@ def main() -> int:
                 "pytest_rss_mib": round(med("pytest_rss"), 1),
                 "collect_rss_mib": round(med("collect_rss"), 1),
                 "bare_rss_mib": round(med("bare_rss"), 1),
+                "pytest_cpu_s": round(med("pytest_cpu"), 2),
+                "bare_cpu_s": round(med("bare_cpu"), 2),
+                "cpu_ms_per_item": round(
+                    statistics.median(
+                        (r["pytest_cpu"] - r["bare_cpu"] - r["startup_cpu"]) / n * 1000
+                        for r in rows
+                    ),
+                    3,
+                ),
                 "floor_s": round(med("floor"), 2),
+                "floor_cpu_s": round(med("floor_cpu"), 2),
                 "floor_rss_mib": round(med("floor_rss"), 1),
             }
             print(json.dumps({n: results[n]}), flush=True)
@@ -161,6 +182,7 @@ def main() -> int:
         floor_slope = per_item("floor_rss_mib", 1024)
         # time: what N more items cost each contender, start-up cancelled out
         ms = {k: per_item(f"{k}_s", 1000) for k in ("pytest", "bare", "floor")}
+        cpu = {k: per_item(f"{k}_cpu_s", 1000) for k in ("pytest", "bare", "floor")}
         print(
             json.dumps(
                 {
@@ -175,6 +197,11 @@ def main() -> int:
                     "pytest_floor_ms_per_item": round(ms["floor"], 3),
                     "ms_per_item_beyond_bare_and_pytest_floor": round(
                         ms["pytest"] - ms["bare"] - ms["floor"], 3
+                    ),
+                    "cpu_ms_per_item_beyond_bare": round(cpu["pytest"] - cpu["bare"], 3),
+                    "pytest_floor_cpu_ms_per_item": round(cpu["floor"], 3),
+                    "cpu_ms_per_item_beyond_bare_and_pytest_floor": round(
+                        cpu["pytest"] - cpu["bare"] - cpu["floor"], 3
                     ),
                 }
             )
