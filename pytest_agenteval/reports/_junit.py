@@ -479,12 +479,12 @@ def _write_xml(element: ET.Element, out: list[str]) -> None:
         raise ValueError(f"not a report element: {tag!r}")
     out.append("<" + tag)
     for key, value in element.attrib.items():
-        out.append(f' {key}="{_escape_attrib(value)}"')
+        out.append(f' {key}="{_escaped(value, _ATTRIB_ESCAPES)}"')
     text = element.text
     if text or len(element):
         out.append(">")
         if text:
-            out.append(_escape_cdata(text))
+            out.append(_escaped(text, _CDATA_ESCAPES))
         for child in element:
             _write_xml(child, out)
         out.append(f"</{tag}>")
@@ -492,37 +492,28 @@ def _write_xml(element: ET.Element, out: list[str]) -> None:
         out.append(" />")
 
 
-def _escape_cdata(text: str) -> str:
-    """As ElementTree escapes an element's text."""
-    if "&" in text:
-        text = text.replace("&", "&amp;")
-    if "<" in text:
-        text = text.replace("<", "&lt;")
-    if ">" in text:
-        text = text.replace(">", "&gt;")
-    return text
+#: ElementTree's escapes, in its order: an element's text, and an attribute's value
+#: (line breaks and tabs there as character references).
+_CDATA_ESCAPES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"))
+_ATTRIB_ESCAPES = (
+    *_CDATA_ESCAPES,
+    ('"', "&quot;"),
+    ("\r", "&#13;"),
+    ("\n", "&#10;"),
+    ("\t", "&#09;"),
+)
 
 
-def _escape_attrib(text: str) -> str:
-    """As ElementTree escapes an attribute's value (line breaks and tabs as references)."""
-    text = _escape_cdata(text)
-    if '"' in text:
-        text = text.replace('"', "&quot;")
-    if "\r" in text:
-        text = text.replace("\r", "&#13;")
-    if "\n" in text:
-        text = text.replace("\n", "&#10;")
-    if "\t" in text:
-        text = text.replace("\t", "&#09;")
+def _escaped(text: str, escapes: tuple[tuple[str, str], ...]) -> str:
+    for char, reference in escapes:
+        if char in text:
+            text = text.replace(char, reference)
     return text
 
 
 def _entries_xml(case: ET.Element, props: list[ET.Element]) -> tuple[bytes, bytes]:
-    """(the properties, the testcase) as ``ET.tostring`` writes them, in one call: a
-    marker element between them, found again by its bytes (content cannot hold them,
-    as every ``<`` in a text or an attribute is written ``&lt;``)."""
-    before, after = _children_xml([*props, ET.Element("m"), case]).split(b"<m />", 1)
-    return before, after
+    """(the properties, the testcase) as ``ET.tostring`` writes them."""
+    return _children_xml(props), _children_xml([case])
 
 
 class JunitStream:
