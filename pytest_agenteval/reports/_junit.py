@@ -466,14 +466,18 @@ def _children_xml(elements: list[ET.Element]) -> bytes:
     each (the tests hold it so), without ElementTree's serializer, written in Python for
     every kind of node: a record's entries were a tenth of the run's own work per item."""
     out: list[str] = []
-    for element in elements:
-        _write_xml(element, out)
+    try:
+        for element in elements:
+            _write_xml(element, out)
+    except ValueError:  # an element no report builds: ElementTree writes it, as it did
+        return b"".join(ET.tostring(element, encoding="utf-8") for element in elements)
     return "".join(out).encode("utf-8", "xmlcharrefreplace")  # as ET.tostring encodes
 
 
 def _write_xml(element: ET.Element, out: list[str]) -> None:
     """The elements a report builds: tags, attributes and text, no namespaces, comments
-    or tails (anything else is refused, not written differently)."""
+    or tails (anything else is refused, never written differently: the caller then
+    has ElementTree write it)."""
     tag = element.tag
     if not isinstance(tag, str) or element.tail or not tag.replace("-", "").isalnum():
         raise ValueError(f"not a report element: {tag!r}")
