@@ -64,10 +64,10 @@ class QuietCollector:
         if not gc.isenabled() or gc.get_threshold()[0] == 0:  # the collector turned off
             return
         self._frozen = True
-        before = gc.get_threshold()[0]
-        if before < YOUNG_THRESHOLD:
-            gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-            self._young = before
+        young, *older = gc.get_threshold()
+        if young < YOUNG_THRESHOLD:
+            gc.set_threshold(YOUNG_THRESHOLD, *older)
+            self._young = young
         gc.freeze()
 
     def freeze_since(self) -> None:

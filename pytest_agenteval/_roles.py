@@ -68,10 +68,10 @@ class GraderHooks:
             self.collector.start()
         if items:
             self.state.judges()
-        if items and self.state.settings.judge_batch:
-            from .judges._batch import check_items
+            if self.state.settings.judge_batch:
+                from .judges._batch import check_items
 
-            check_items(self.state, items)  # what --judge-batch cannot do: refused now
+                check_items(self.state, items)  # what --judge-batch cannot do: refused now
         first = next((i for i in items if isinstance(i, ScenarioItem)), None)
         if first is None or session.config.option.collectonly:
             return

@@ -141,6 +141,14 @@ def main() -> int:
             def med(key: str, rows: list[dict[str, float]] = rows) -> float:
                 return statistics.median(r[key] for r in rows)
 
+            def beyond_bare(suffix: str, rows: list[dict[str, float]] = rows, n: int = n) -> float:
+                """ms per item of the run beyond the bare loop and start-up (wall or CPU)."""
+                each = [
+                    (r[f"pytest{suffix}"] - r[f"bare{suffix}"] - r[f"startup{suffix}"]) / n * 1000
+                    for r in rows
+                ]
+                return round(float(statistics.median(each)), 3)
+
             results[n] = {
                 "pytest_s": round(med("pytest"), 2),
                 "bare_s": round(med("bare"), 2),
@@ -149,24 +157,13 @@ def main() -> int:
                     statistics.median((r["collect"] - r["startup"]) / n * 1000 for r in rows),
                     3,
                 ),
-                "plugin_ms_per_item": round(
-                    statistics.median(
-                        (r["pytest"] - r["bare"] - r["startup"]) / n * 1000 for r in rows
-                    ),
-                    3,
-                ),
+                "plugin_ms_per_item": beyond_bare(""),
                 "pytest_rss_mib": round(med("pytest_rss"), 1),
                 "collect_rss_mib": round(med("collect_rss"), 1),
                 "bare_rss_mib": round(med("bare_rss"), 1),
                 "pytest_cpu_s": round(med("pytest_cpu"), 2),
                 "bare_cpu_s": round(med("bare_cpu"), 2),
-                "cpu_ms_per_item": round(
-                    statistics.median(
-                        (r["pytest_cpu"] - r["bare_cpu"] - r["startup_cpu"]) / n * 1000
-                        for r in rows
-                    ),
-                    3,
-                ),
+                "cpu_ms_per_item": beyond_bare("_cpu"),
                 "floor_s": round(med("floor"), 2),
                 "floor_cpu_s": round(med("floor_cpu"), 2),
                 "floor_rss_mib": round(med("floor_rss"), 1),
