@@ -12,6 +12,14 @@ whole processes interleaved over the repeats,
 * ``floor``:   pytest itself, the plugin disabled, running N empty parametrized
   tests: what any pytest run of N items costs, which no plugin can remove;
 
+* ``pinned`` (with ``--pinned``): the benchmark run again with the process held to one
+  CPU (``sched_setaffinity``): a diagnostic, not a way to run. With an instant judge the
+  main thread (pytest's work per item) and the event loop's thread (the SDK's) both
+  run Python and hand the interpreter lock to each other at every system call either
+  makes; on two cores each hand-off puts a thread to sleep and wakes one on the other
+  core. The difference between ``pytest`` and ``pinned`` is what those hand-offs cost;
+  each contender's context switches per item (children's rusage) are reported too;
+
 and reports medians: ms per scenario of collection, ms per item of plugin
 work beyond the bare loop (``(pytest - bare - startup) / N`` where start-up
 is ``pytest --collect-only`` on a one-scenario family), and each process's
@@ -50,6 +58,8 @@ from fakellm import FakeLLMServer  # noqa: E402
 # fake server holding every request, across the exec.
 _PEAK = """
 import atexit, os, runpy, sys
+if os.environ.pop("BENCH_ONE_CPU", ""):  # before any thread starts: all of them inherit it
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 def _peak():
     with open("/proc/self/status") as status, open(os.environ["BENCH_PEAK_FILE"], "w") as out:
         out.write(next(l.split()[1] for l in status if l.startswith("VmHWM")))
@@ -72,28 +82,37 @@ def test_item(i):
 """
 
 
-def _children_cpu() -> float:
+def _children_usage() -> tuple[float, int]:
+    """CPU seconds (user + system) and context switches (voluntary + not) of the children
+    waited for so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
-    """(seconds, peak RSS in MiB, CPU seconds) of one whole process (the peak of its own
-    address space; its user and system time)."""
+def run(
+    cmd: list[str], cwd: Path, env: dict[str, str], pinned: bool = False
+) -> tuple[float, float, float, float]:
+    """(seconds, peak RSS in MiB, CPU seconds, context switches) of one whole process (the
+    peak of its own address space; its user and system time)."""
     peak_file = cwd / ".bench-peak"
-    env = {**env, "BENCH_PEAK_FILE": str(peak_file)}
+    env = {**env, "BENCH_PEAK_FILE": str(peak_file), "BENCH_ONE_CPU": "1" if pinned else ""}
     wrapped = [cmd[0], "-c", _PEAK, *cmd[1:]]
-    cpu = _children_cpu()
+    cpu, switches = _children_usage()
     start = time.perf_counter()
     proc = subprocess.run(
-        wrapped, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        wrapped,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     elapsed = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         sys.exit(
             f"{cmd[:5]} exited {proc.returncode}:\n{proc.stdout[-3000:].decode(errors='replace')}"
         )
-    return elapsed, int(peak_file.read_text()) / 1024, _children_cpu() - cpu
+    cpu_after, switches_after = _children_usage()
+    return elapsed, int(peak_file.read_text()) / 1024, cpu_after - cpu, switches_after - switches
 
 
 def main() -> int:
@@ -101,6 +120,11 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 10000])
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--pinned",
+        action="store_true",
+        help="also run the benchmark held to one CPU (Linux): what thread hand-offs cost",
+    )
     args = parser.parse_args()
 
     results: dict[int, dict[str, float]] = {}
@@ -129,22 +153,28 @@ def main() -> int:
                 ),
                 "floor": (floor_cmd, work),
             }
+            if args.pinned:
+                cmds["pinned"] = cmds["pytest"]
             rows: list[dict[str, float]] = []
             for i in range(args.repeats):
                 row: dict[str, float] = {}
                 order = list(cmds) if i % 2 == 0 else list(cmds)[::-1]
                 for name in order:
                     cmd, cwd = cmds[name]
-                    row[name], row[f"{name}_rss"], row[f"{name}_cpu"] = run(cmd, cwd, env)
+                    row[name], row[f"{name}_rss"], row[f"{name}_cpu"], row[f"{name}_csw"] = run(
+                        cmd, cwd, env, pinned=name == "pinned"
+                    )
                 rows.append(row)
 
             def med(key: str, rows: list[dict[str, float]] = rows) -> float:
                 return statistics.median(r[key] for r in rows)
 
-            def beyond_bare(suffix: str, rows: list[dict[str, float]] = rows, n: int = n) -> float:
+            def beyond_bare(
+                suffix: str, rows: list[dict[str, float]] = rows, n: int = n, run: str = "pytest"
+            ) -> float:
                 """ms per item of the run beyond the bare loop and start-up (wall or CPU)."""
                 each = [
-                    (r[f"pytest{suffix}"] - r[f"bare{suffix}"] - r[f"startup{suffix}"]) / n * 1000
+                    (r[f"{run}{suffix}"] - r[f"bare{suffix}"] - r[f"startup{suffix}"]) / n * 1000
                     for r in rows
                 ]
                 return round(float(statistics.median(each)), 3)
@@ -167,7 +197,13 @@ def main() -> int:
                 "floor_s": round(med("floor"), 2),
                 "floor_cpu_s": round(med("floor_cpu"), 2),
                 "floor_rss_mib": round(med("floor_rss"), 1),
+                "pytest_switches_per_item": round(med("pytest_csw") / n, 2),
+                "bare_switches_per_item": round(med("bare_csw") / n, 2),
             }
+            if args.pinned:
+                results[n]["pinned_s"] = round(med("pinned"), 2)
+                results[n]["pinned_ms_per_item"] = beyond_bare("", run="pinned")
+                results[n]["pinned_switches_per_item"] = round(med("pinned_csw") / n, 2)
             print(json.dumps({n: results[n]}), flush=True)
     if len(args.sizes) >= 2:
         a, b = sorted(args.sizes)[0], sorted(args.sizes)[-1]
