@@ -33,6 +33,7 @@ import contextlib
 import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -741,8 +742,17 @@ class ToolCaller:
         return (await self.call(name, arguments)).text
 
     def blocking(self, name: str, arguments: Mapping[str, object] | str | None = None) -> str:
-        """:meth:`__call__` from a sync subject's thread (not from the event loop's)."""
+        """:meth:`__call__` from a sync subject's thread.
+
+        The event loop runs on the main thread while an item waits for its grade; called
+        from that thread, this would wait for a loop nothing runs, so it refuses.
+        """
         loop = self.toolbox.loop
         if loop is None:
             raise RuntimeError("call_tool.blocking: the MCP servers are not running")
+        if threading.current_thread() is threading.main_thread():
+            raise RuntimeError(
+                "call_tool.blocking is for a sync subject, which pytest-agenteval runs on a "
+                "thread of its own; from async code, await call_tool(name, arguments)"
+            )
         return asyncio.run_coroutine_threadsafe(self(name, arguments), loop).result()

@@ -20,7 +20,7 @@ run for a benchmark run.
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import contextlib
 import hashlib
 from collections.abc import Callable, Generator, Iterator
@@ -185,7 +185,7 @@ class PairwiseRun:
         self._swaps: dict[str, frozenset[str]] = {}
         self._side_subjects: dict[str, Callable[..., object]] = {}
         self._judge: PreferenceJudge | None = None
-        self.tasks: dict[str, concurrent.futures.Future[ComparisonParts]] = {}
+        self.tasks: dict[str, asyncio.Future[ComparisonParts]] = {}
         self.expected: set[str] = set()
         self.reported: set[str] = set()
         self.buckets: dict[str, Bucket] = {}
@@ -281,7 +281,7 @@ class PairwiseRun:
 
     def _spawn(
         self, item: PairwiseItem, pair: tuple[Contestant, Contestant]
-    ) -> concurrent.futures.Future[ComparisonParts]:
+    ) -> asyncio.Future[ComparisonParts]:
         scheduler = self.state.scheduler
         return scheduler.submit(
             run_comparison(
@@ -303,14 +303,11 @@ class PairwiseRun:
         pair = self._pair(fixture_value)
         future = self.tasks.pop(item.nodeid, None) or self._spawn(item, pair)
         if not self.needs_fixture or self.state.subject_shared:
-            ahead = 0
-            for nxt in upcoming_items(item, 4 * self.state.scheduler.window):
-                if ahead >= self.state.scheduler.window:
-                    break
-                if isinstance(nxt, PairwiseItem) and nxt is not item:
-                    ahead += 1
-                    if nxt.nodeid not in self.tasks:
-                        self.tasks[nxt.nodeid] = self._spawn(nxt, pair)
+            scheduler = self.state.scheduler
+            upcoming = upcoming_items(item, 4 * scheduler.window)
+            for nxt in scheduler.ahead(item, upcoming, PairwiseItem):
+                if nxt.nodeid not in self.tasks:
+                    self.tasks[nxt.nodeid] = self._spawn(nxt, pair)
         try:
             parts = self.state.scheduler.wait(future)
         except ConfigError as exc:

@@ -8,12 +8,18 @@ in flight. Items are still set up, reported and aggregated in order; they
 just find their grade ready. Under xdist each worker looks ahead only at the
 items the controller has already handed to it.
 
-The event loop runs in a background thread for the whole session, so calls
-keep progressing while pytest does its per-item work (reporting, hooks,
-evidence); the main thread only waits for the grade it needs next. A
-``KeyboardInterrupt`` raised inside a subject is carried back to the main
-thread, and ``close()`` cancels whatever is pending (after ``-x``, Ctrl-C or
-the end of the session).
+The event loop runs on the main thread, inside :meth:`Scheduler.wait`: while
+an item waits for its grade, every call in flight progresses, and an item
+whose grade is ready still gives the loop one pass without waiting, so the
+calls ahead keep moving while pytest reports item after item. Sync subjects
+run on daemon threads (``subjects/_base.py``). An earlier design ran the loop
+on a thread of its own: with fast calls, that thread and pytest's main thread
+handed the interpreter lock back and forth at every system call either made
+(about 100 context switches per item against a bare loop's one), which cost
+more than the work itself (``scripts/bench_scale.py --pinned``). A
+``KeyboardInterrupt`` raised inside a subject is carried to the caller, and
+``close()`` cancels whatever is pending (after ``-x``, Ctrl-C or the end of
+the session).
 
 Prefetching needs the subject for future items, so it applies when the
 subject is shared (``--subject`` or a session-scoped fixture); a
@@ -24,11 +30,9 @@ item at its own setup.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
-import threading
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._cost import Budget
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
     from ._collect import ScenarioItem
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 _WAKE_S = 0.5
 
 
@@ -69,33 +74,43 @@ class Scheduler:
         self.concurrency = max(1, concurrency)
         self.window = 2 * self.concurrency
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._limiter = asyncio.Semaphore(self.concurrency)
         self._subject_locks: dict[int, asyncio.Lock] = {}
-        self.tasks: dict[str, concurrent.futures.Future[ScenarioRun]] = {}
+        self.tasks: dict[str, asyncio.Future[ScenarioRun]] = {}
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(
-                target=self._loop.run_forever, name="agenteval-loop", daemon=True
-            )
-            self._thread.start()
+            loop = self._loop = asyncio.new_event_loop()
+
+            def beat() -> None:  # the selector wakes: a signal's handler gets to run
+                loop.call_later(_WAKE_S, beat)
+
+            beat()
         return self._loop
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(_guarded(coro), self._ensure_loop())
+    def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+        """Start *coro* on the loop; it runs whenever the loop does (:meth:`wait`)."""
+        return self._ensure_loop().create_task(_guarded(coro))
 
-    def wait(self, future: concurrent.futures.Future[T]) -> T:
-        """Block the main thread for *future*; Ctrl-C here cancels what is pending.
+    def wait(self, future: asyncio.Future[T]) -> T:
+        """*future*'s result, running the loop on this thread until it is done; Ctrl-C here
+        cancels what is pending.
 
-        The wait wakes twice a second: a signal the OS hands to another thread (the
-        loop's, a subject's) does not interrupt a blocked lock, and Python runs the
-        handler (Ctrl-C, SIGTERM) only once the main thread wakes.
+        A future done already still gets one pass of the loop (the selector polled without
+        waiting, what is ready run): the calls in flight progress at every item, even
+        while every grade asked for is ready.
+
+        The loop wakes twice a second (``beat``): a signal the OS hands to another thread
+        (a subject's) does not interrupt the selector, and Python runs the handler (Ctrl-C,
+        SIGTERM) only once the main thread wakes.
         """
+        loop = self._ensure_loop()
         try:
-            while not future.done():
-                concurrent.futures.wait((future,), timeout=_WAKE_S)
+            if future.done():
+                loop.stop()  # stop() before run_forever(): exactly one pass
+                loop.run_forever()
+            else:
+                loop.run_until_complete(future)
             return future.result()
         except _Interrupted as exc:
             self.cancel_pending()
@@ -114,7 +129,7 @@ class Scheduler:
 
     def _spawn(
         self, item: ScenarioItem, subject: Callable[..., Any], judges: Sequence[Any]
-    ) -> concurrent.futures.Future[ScenarioRun]:
+    ) -> asyncio.Future[ScenarioRun]:
         return self.submit(
             run_scenario(
                 subject,
@@ -145,16 +160,26 @@ class Scheduler:
         from ._collect import ScenarioItem
 
         future = self.tasks.pop(item.nodeid, None) or self._spawn(item, subject, judges)
-        ahead = 0
-        for nxt in upcoming:
-            if ahead >= self.window:
-                break
-            if not isinstance(nxt, ScenarioItem) or nxt is item:
-                continue
-            ahead += 1
+        for nxt in self.ahead(item, upcoming, ScenarioItem):
             if nxt.nodeid not in self.tasks:
                 self.tasks[nxt.nodeid] = self._spawn(nxt, subject, judges)
         return self.wait(future)
+
+    def ahead(self, item: Any, upcoming: Sequence[Any], kind: type[ItemT]) -> Iterator[ItemT]:
+        """The items of *upcoming* (after *item*) whose calls may start now: at most a window.
+
+        It stops at the first item of another kind: calls ahead progress only while the loop
+        runs, in the waits of items of this kind, and a test of another kind may take any
+        time (a call held that long could meet its timeout on resuming).
+        """
+        ahead = 0
+        for nxt in upcoming:
+            if nxt is item:
+                continue
+            if ahead >= self.window or not isinstance(nxt, kind):
+                return
+            ahead += 1
+            yield nxt
 
     def cancel_pending(self) -> None:
         for future in self.tasks.values():
@@ -162,26 +187,25 @@ class Scheduler:
         self.tasks.clear()
 
     def close(self) -> None:
-        """Cancel what is pending and stop the loop thread."""
+        """Cancel what is pending and close the loop."""
         self.cancel_pending()
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        loop = self._loop
+        if loop is None:
             return
-        self._loop = self._thread = None
+        self._loop = None
 
         async def drain() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if tasks:  # a task that ignores cancellation cannot hold up the session
+                await asyncio.wait(tasks, timeout=5)
 
-        # a task that ignores cancellation cannot hold up the session
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(drain(), loop).result(timeout=5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        if not thread.is_alive():
-            loop.close()
+            loop.run_until_complete(drain())
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def upcoming_items(item: Any, limit: int) -> list[Any]:

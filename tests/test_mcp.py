@@ -678,3 +678,17 @@ def test_servers_are_closed_after_a_normal_run_even_when_they_linger(
     result.assert_outcomes(passed=2)
     (server_pid,) = pids(pidfile)
     assert gone(server_pid)
+
+
+def test_call_tool_blocking_refuses_the_thread_that_runs_the_event_loop() -> None:
+    """The scheduler's loop runs on the main thread, in the waits for grades: a blocking call
+    from there would wait for a loop nothing runs. It says so instead of hanging."""
+    from pytest_agenteval._mcp import Toolbox, ToolCaller
+
+    loop = asyncio.new_event_loop()
+    try:
+        caller = ToolCaller(Toolbox("c", [], max_steps=4, call_timeout=5.0, loop=loop))
+        with pytest.raises(RuntimeError, match=r"sync subject.*await call_tool"):
+            caller.blocking("add", {"a": 1})
+    finally:
+        loop.close()

@@ -10,6 +10,7 @@ and what it returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -101,13 +102,14 @@ class Agent:
         return f"answer {i}"
 
 
-def settle(until: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait until *until* holds, then a moment longer for anything that should not happen."""
+def settle(scheduler: Scheduler, until: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Run the loop, as the next item's wait would, until *until* holds; then a moment
+    longer for anything that should not happen."""
     deadline = time.monotonic() + timeout
     while not until():
         assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-    time.sleep(0.1)
+        scheduler.run_coro(asyncio.sleep(0.01))
+    scheduler.run_coro(asyncio.sleep(0.1))
 
 
 def run_all(scheduler: Scheduler, items: list[ScenarioItem], agent: Agent) -> list[str]:
@@ -141,20 +143,28 @@ def test_grades_come_back_in_item_order_whatever_order_calls_finish_in(
     assert sorted(agent.started) == list(range(N))  # each asked once: work ahead is reused
 
 
-def test_look_ahead_is_bounded_and_skips_what_is_not_a_scenario(
+def test_look_ahead_is_bounded_and_stops_at_what_is_not_a_scenario(
     items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
 ) -> None:
     scheduler = make_scheduler(2)  # looks at most 2 × 2 = 4 scenario items ahead
     agent = Agent()
     not_a_scenario = object()
-    first = scheduler.run(items[0], agent, [RulesJudge()], [not_a_scenario, items[0], *items[1:]])
+    # a test of another kind: nothing beyond it starts, as nothing would run the loop there
+    upcoming = [items[0], items[1], items[2], not_a_scenario, *items[3:]]
+    assert scheduler.run(items[0], agent, [RulesJudge()], upcoming).result.key == "s00"
+    settle(scheduler, lambda: len(agent.finished) >= 3)
+    assert sorted(agent.started) == [0, 1, 2]
+    scheduler.close()
+    scheduler = make_scheduler(2)
+    agent = Agent()
+    first = scheduler.run(items[0], agent, [RulesJudge()], [items[0], *items[1:]])
     assert first.result.key == "s00"
-    settle(lambda: len(agent.finished) >= 5)
+    settle(scheduler, lambda: len(agent.finished) >= 5)
     assert sorted(agent.started) == [0, 1, 2, 3, 4]
     # the next item's grade was ready; one more item is started to keep 4 ahead
     second = scheduler.run(items[1], agent, [RulesJudge()], items[2:])
     assert second.result.key == "s01"
-    settle(lambda: len(agent.finished) >= 6)
+    settle(scheduler, lambda: len(agent.finished) >= 6)
     assert sorted(agent.started) == [0, 1, 2, 3, 4, 5]
 
 
@@ -164,7 +174,7 @@ def test_without_upcoming_items_nothing_is_started_ahead(
     agent = Agent()
     scheduler = make_scheduler(4)
     assert scheduler.run(items[3], agent, [RulesJudge()]).result.key == "s03"
-    settle(lambda: len(agent.finished) >= 1)
+    settle(scheduler, lambda: len(agent.finished) >= 1)
     assert agent.started == [3]
 
 
@@ -183,7 +193,9 @@ def test_an_interrupt_in_a_subject_reaches_the_caller_and_cancels_pending_work(
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         scheduler.run(items[0], agent, [RulesJudge()], items[1:])
-    settle(lambda: len(agent.started) >= 3 and len(agent.cancelled) == len(agent.started))
+    settle(
+        scheduler, lambda: len(agent.started) >= 3 and len(agent.cancelled) == len(agent.started)
+    )
     assert time.monotonic() - started < 10
     # what was started ahead (within the window of 8) is cancelled, none of it finishes
     assert sorted(agent.cancelled) == sorted(agent.started)
@@ -198,7 +210,7 @@ def test_close_cancels_what_was_started_ahead(
     scheduler = make_scheduler(3)
     # two items offered ahead: with three slots, item 0's judge still finds one free
     assert scheduler.run(items[0], agent, [RulesJudge()], items[1:3]).result.verdict == "pass"
-    settle(lambda: len(agent.started) >= 3)
+    settle(scheduler, lambda: len(agent.started) >= 3)
     started = time.monotonic()
     scheduler.close()
     assert time.monotonic() - started < 5
@@ -222,7 +234,7 @@ def test_close_cancels_any_coroutine_still_running_on_the_loop(
             raise
 
     scheduler.submit(forever())
-    settle(entered.is_set)
+    settle(scheduler, entered.is_set)
     started = time.monotonic()
     scheduler.close()
     assert time.monotonic() - started < 5
@@ -319,3 +331,71 @@ def test_an_offline_grade_does_not_wait_behind_calls_started_ahead(
     release.set()
     assert run.result.key == "s00"
     assert finished_when_graded == [0]  # items 1-3 were still holding the slots
+
+
+def test_a_grade_ready_already_still_moves_the_calls_in_flight(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """The loop runs on the caller's thread: an item whose grade is ready gives it one pass,
+    so the calls ahead progress while pytest reports item after item without waiting."""
+    scheduler = make_scheduler(1)
+    ready = scheduler.submit(asyncio.sleep(0, "ready"))
+    assert scheduler.wait(ready) == "ready"
+    passes: list[int] = []
+
+    async def in_flight() -> None:
+        while True:
+            passes.append(len(passes))
+            await asyncio.sleep(0)
+
+    scheduler.submit(in_flight())
+    assert passes == []  # submitted, not yet run: nothing runs the loop meanwhile
+    for _ in range(3):
+        assert scheduler.wait(ready) == "ready"
+    assert passes == [0, 1, 2]
+
+
+def test_a_signal_the_os_hands_to_another_thread_still_interrupts_a_wait(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """Python runs a signal's handler on the main thread once it wakes; a subject's thread
+    may be the one the OS picked, and the loop then has no reason of its own to wake before
+    its next timer (here in 30 s)."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    def from_another_thread() -> None:
+        time.sleep(0.2)
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        scheduler = make_scheduler(1)
+        threading.Thread(target=from_another_thread, daemon=True).start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            scheduler.run_coro(asyncio.sleep(30))
+        assert time.monotonic() - started < 10
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_coroutine_that_ignores_cancellation_cannot_hold_up_close(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    scheduler = make_scheduler(1)
+    entered = threading.Event()
+
+    async def stubborn() -> None:
+        entered.set()
+        while True:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(30)
+
+    scheduler.submit(stubborn())
+    settle(scheduler, entered.is_set)
+    started = time.monotonic()
+    scheduler.close()
+    assert time.monotonic() - started < 20
