@@ -398,9 +398,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if roots:
         paths = [str(p) for p in roots]
         if config.args_source == pytest.Config.ArgsSource.ARGS:
-            config.args = [*config.args, *(p for p in paths if p not in config.args)]
+            # a root named already (``--bench=fam a.py fam b.py``) is not added again: pytest
+            # before 8.2 would collect its items twice
+            base = Path(config.invocation_params.dir)
+            named = {_place(base / str(a).split("::", 1)[0]) for a in config.args}
+            config.args = [*config.args, *(p for p in paths if _place(Path(p)) not in named)]
         else:
             config.args = paths
+
+
+def _place(path: Path) -> Path:
+    """*path* with its links resolved, or as given where it cannot be (a NUL in an arg)."""
+    try:
+        return path.resolve()
+    except (OSError, ValueError):
+        return path
 
 
 _RUN_SUFFIXES = (".yaml", ".yml", ".jsonl")

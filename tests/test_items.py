@@ -502,3 +502,25 @@ def pytest_sessionfinish(session):
     seen = json.loads((pytester.path / "seen.json").read_text())
     names = ["demo-disclose-001", "demo-extra-001", "demo-refuse-001", "demo-refuse-002"]
     assert seen == [[kind, name] for kind in ("autouse", "subject") for name in names]
+
+
+def test_a_family_named_as_a_path_and_by_bench_is_collected_once(
+    pytester: pytest.Pytester,
+) -> None:
+    """``--bench=fam a.py fam b.py``: the family's root is not added to the paths again
+    (pytest before 8.2 collected a path named twice twice)."""
+    fam = pytester.mkdir("fam")
+    (fam / "benchmark.yaml").write_text("family: fam\npillars:\n  - {key: p, weight: 1.0}\n")
+    (fam / "a.yaml").write_text(
+        "metadata: {article: A, pillar: p, control_id: c, title: T}\nscenarios:\n"
+        "  - {id: s1, weight: 1.0, input: hi, evaluation_criteria: [answers]}\n"
+    )
+    pytester.makepyfile(test_a="def test_a():\n    pass\n", test_b="def test_b():\n    pass\n")
+    result = pytester.runpytest(
+        "--bench=fam", "test_a.py", "fam", "test_b.py", "--collect-only", "-q"
+    )
+    assert [line for line in result.stdout.lines if "::" in line] == [
+        "test_a.py::test_a",
+        "fam/a.yaml::s1",
+        "test_b.py::test_b",
+    ]
