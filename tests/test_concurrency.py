@@ -157,3 +157,28 @@ def test_concurrency_is_a_limit_of_the_run_not_of_each_worker(conc: pytest.Pytes
         now += step
         peak = max(peak, now)
     assert 1 < peak <= 4
+
+
+def test_alongside_pytest_asyncio_in_auto_mode(conc: pytest.Pytester) -> None:
+    """pytest-asyncio runs its loop on the main thread for async tests and fixtures; the
+    scheduler's loop runs there too, in the waits for grades. Neither may meet the other
+    running: async tests before and after the scenarios, an async fixture, the calls still
+    overlapping."""
+    conc.makeini("[pytest]\naddopts = -p no:benchmark\nasyncio_mode = auto\n")
+    conc.makeconftest(
+        SUBJECT.replace("{scope}", "session").replace("{which}", "agent")
+        + "\n@pytest.fixture\nasync def ready():\n    await asyncio.sleep(0)\n    return 1\n"
+    )
+    plain = (
+        "import asyncio\n\n"
+        "async def test_async(ready):\n"
+        "    assert asyncio.get_running_loop() is not None and ready == 1\n\n"
+        "def test_sync_runs_its_own_loop():\n"
+        "    assert asyncio.run(asyncio.sleep(0, 3)) == 3\n"
+    )
+    conc.makepyfile(test_before=plain, test_after=plain)
+    result = conc.runpytest_subprocess(
+        "--bench=conc", "--agenteval-concurrency=4", "-s", "test_before.py", "conc", "test_after.py"
+    )
+    result.assert_outcomes(passed=16)  # the async tests ran: pytest-asyncio was active
+    assert max_in_flight(result) == 4
