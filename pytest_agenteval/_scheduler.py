@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,7 +49,7 @@ _WAKE_S = 0.5
 
 
 class _Interrupted(AgentevalError):
-    """A KeyboardInterrupt/SystemExit raised on the loop thread, carried to the main thread."""
+    """A SystemExit raised in a task, carried to the caller of :meth:`Scheduler.wait`."""
 
     def __init__(self, original: BaseException) -> None:
         super().__init__(repr(original))
@@ -56,9 +57,13 @@ class _Interrupted(AgentevalError):
 
 
 async def _guarded(coro: Coroutine[Any, Any, T]) -> T:
+    """*coro*, its SystemExit carried as an exception. A KeyboardInterrupt is not caught: it
+    may be Ctrl-C landing while this task runs (the loop runs on the main thread), and it
+    must stop the wait now, not sit in a task started ahead until that task is waited for;
+    asyncio raises it out of the loop, into :meth:`Scheduler.wait`."""
     try:
         return await coro
-    except (KeyboardInterrupt, SystemExit) as exc:
+    except SystemExit as exc:
         raise _Interrupted(exc) from None
 
 
@@ -106,11 +111,10 @@ class Scheduler:
         """
         loop = self._ensure_loop()
         try:
-            if future.done():
-                loop.stop()  # stop() before run_forever(): exactly one pass
-                loop.run_forever()
+            if _loop_running_here():
+                _run_on_a_thread(loop, future)
             else:
-                loop.run_until_complete(future)
+                _run(loop, future)
             return future.result()
         except _Interrupted as exc:
             self.cancel_pending()
@@ -208,13 +212,65 @@ class Scheduler:
         loop.close()
 
 
-def upcoming_items(item: Any, limit: int) -> list[Any]:
-    """At most *limit* items this process will run after *item*, in order, as far as it knows.
+def _run(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    """Run *loop* until *future* is done, or one pass if it is already."""
+    if future.done():
+        loop.stop()  # stop() before run_forever(): exactly one pass
+        loop.run_forever()
+    else:
+        loop.run_until_complete(future)
 
-    Bounded, so looking ahead costs the same at item 10 and item 50,000.
+
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _run_on_a_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    """:func:`_run` on a thread of its own, for pytest called from async code (a notebook's
+    loop running on this thread, which no second loop may run beside). The thread is joined
+    before this returns, so the loop is never run by two threads, nor touched meanwhile."""
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            _run(loop, future)
+        except BaseException as exc:  # handed to the caller below
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, name="agenteval-loop", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(_WAKE_S)
+    except KeyboardInterrupt:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        raise
+    if raised and isinstance(raised[0], KeyboardInterrupt):
+        raise raised[0]
+
+
+def upcoming_items(item: Any, limit: int) -> list[Any]:
+    """At most *limit* items this process will run after *item*, in order, without waiting.
+
+    Bounded, so looking ahead costs the same at item 10 and item 50,000. Calls started
+    ahead progress only while the loop runs, in the waits for grades, and their timeouts
+    (a command subject's, an MCP tool call's) run on the clock meanwhile; so nothing is
+    looked at where the main thread may be away for long:
+
+    * under ``--pdb`` or ``--trace``, where a failure or a breakpoint hands it to a person;
+    * an xdist worker's last item known: the worker runs it only once the controller sends
+      another item or the end, which at the tail of a run waits for the other workers.
     """
+    config = item.config
+    if config.getoption("usepdb", False) or config.getoption("trace", False):
+        return []
     session = item.session
-    interactor = _xdist_interactor(item.config)
+    interactor = _xdist_interactor(config)
     if interactor is None:
         index = _index(session).get(item.nodeid)
         return [] if index is None else session.items[index + 1 : index + 1 + limit]
@@ -223,7 +279,8 @@ def upcoming_items(item: Any, limit: int) -> list[Any]:
             pending = [interactor.nextitem_index, *itertools.islice(queue, limit)]
     except Exception:  # xdist internals changed: grade without looking ahead
         return []
-    return [session.items[i] for i in pending if isinstance(i, int) and not isinstance(i, bool)]
+    known = [session.items[i] for i in pending if isinstance(i, int) and not isinstance(i, bool)]
+    return known[:-1] if len(known) == len(pending) else known
 
 
 def _index(session: Any) -> dict[str, int]:

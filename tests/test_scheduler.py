@@ -399,3 +399,108 @@ def test_a_coroutine_that_ignores_cancellation_cannot_hold_up_close(
     started = time.monotonic()
     scheduler.close()
     assert time.monotonic() - started < 20
+
+
+def test_ctrl_c_while_a_call_started_ahead_runs_stops_the_wait_at_once(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """The loop runs on the main thread: Ctrl-C may land inside the code of a task started
+    ahead (here an async subject blocking for a second). The wait for the current item must
+    end with KeyboardInterrupt then, not when the current item's 30 s call is done."""
+    import os
+    import signal
+
+    async def current() -> str:
+        await asyncio.sleep(30)
+        return "current"
+
+    async def ahead() -> str:
+        await asyncio.sleep(0.2)
+        time.sleep(1.0)  # blocking inside the loop: the signal lands during it
+        return "ahead"
+
+    scheduler = make_scheduler(2)
+    waited = scheduler.submit(current())
+    scheduler.tasks["ahead"] = scheduler.submit(ahead())  # type: ignore[arg-type]  # a stand-in
+    timer = threading.Timer(0.6, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            scheduler.wait(waited)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 10
+    assert scheduler.tasks == {}  # what was pending is cancelled
+
+
+class _Queue:
+    """xdist's ``torun`` as the scheduler reads it: a lock holding the queued indexes."""
+
+    def __init__(self, indexes: list[object]) -> None:
+        self.indexes = indexes
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[list[object]]:
+        yield self.indexes
+
+
+class WorkerInteractor:  # named as xdist's: the scheduler finds the worker's plugin by name
+    def __init__(self, nextitem: object, queued: list[object]) -> None:
+        self.nextitem_index = nextitem
+        self.torun = _Queue(queued)
+
+
+class _Config:
+    def __init__(self, plugin: object | None = None, **options: object) -> None:
+        self.options = options
+        if plugin is not None:
+            self.workerinput = {"workerid": "gw0"}
+        self.pluginmanager = type("PM", (), {"get_plugins": lambda _self: [plugin]})()
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.options.get(name, default)
+
+
+def _item(config: _Config, index: int, everything: list[object]) -> object:
+    session = type("Session", (), {"items": everything})()
+    return type("Item", (), {"config": config, "session": session, "nodeid": f"n{index}"})()
+
+
+def test_an_xdist_workers_last_known_item_is_not_started_ahead() -> None:
+    """The worker runs its last item only once the controller sends another one or the end,
+    which at the tail of a run may take long: calls started for it would sit still meanwhile
+    while their timeouts run."""
+    from pytest_agenteval._scheduler import upcoming_items
+
+    everything: list[object] = [f"item{i}" for i in range(6)]
+    held = _Config(WorkerInteractor(2, [3, 4]))
+    assert upcoming_items(_item(held, 1, everything), 10) == ["item2", "item3"]
+    alone = _Config(WorkerInteractor(2, []))
+    assert upcoming_items(_item(alone, 1, everything), 10) == []
+    ending = _Config(WorkerInteractor(2, [3, "SHUTDOWN"]))  # the end is known: nothing waits
+    assert upcoming_items(_item(ending, 1, everything), 10) == ["item2", "item3"]
+
+
+@pytest.mark.parametrize("option", ["usepdb", "trace"])
+def test_nothing_is_started_ahead_where_a_debugger_may_hold_the_run(option: str) -> None:
+    from pytest_agenteval._scheduler import upcoming_items
+
+    everything: list[object] = [type("It", (), {"nodeid": f"n{i}"})() for i in range(4)]
+    assert len(upcoming_items(_item(_Config(), 0, everything), 10)) == 3
+    assert upcoming_items(_item(_Config(**{option: True}), 0, everything), 10) == []
+
+
+def test_a_wait_from_inside_a_running_event_loop_runs_on_a_thread(
+    items: list[ScenarioItem], make_scheduler: Callable[[int], Scheduler]
+) -> None:
+    """pytest called from async code (a notebook, ipytest): that loop runs on this thread, and
+    a second one may not run beside it; the scheduler's loop then runs on a thread meanwhile."""
+    scheduler = make_scheduler(3)
+    agent = Agent(delay=lambda i: 0.01)
+
+    async def from_async_code() -> list[str]:
+        return run_all(scheduler, items, agent)
+
+    assert asyncio.run(from_async_code()) == [it.scenario.id for it in items]
+    assert scheduler.run_coro(asyncio.sleep(0, "after")) == "after"  # and on this thread again
