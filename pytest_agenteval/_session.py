@@ -67,6 +67,15 @@ def bundled_families() -> dict[str, Path]:
     return found
 
 
+def _resolved(path: Path) -> Path:
+    """*path* with its links resolved, or as given where it cannot be (a NUL in an argument
+    given to ``pytest.main``): pytest then says it found no such file."""
+    try:
+        return path.resolve()
+    except (OSError, ValueError):
+        return path
+
+
 def _search_rootdir(rootdir: Path, name: str) -> Path | None:
     """The family folder called *name* under the rootdir (4 levels deep at most).
 
@@ -330,7 +339,7 @@ class AgentevalState:
         if self.config.args_source != pytest.Config.ArgsSource.ARGS:
             return []
         base = Path(self.config.invocation_params.dir)
-        return [(base / str(arg).split("::", 1)[0]).resolve() for arg in self.config.args]
+        return [_resolved(base / str(arg).split("::", 1)[0]) for arg in self.config.args]
 
     def golden_selected(self, path: Path) -> bool:
         """Does a calibration run grade this ``.jsonl`` file?

@@ -396,23 +396,13 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         roots = state.bench_roots
     if roots:
-        paths = [str(p) for p in roots]
         if config.args_source == pytest.Config.ArgsSource.ARGS:
             # a root named already (``--bench=fam a.py fam b.py``) is not added again: pytest
             # before 8.2 would collect its items twice
-            base = Path(config.invocation_params.dir)
-            named = {_place(base / str(a).split("::", 1)[0]) for a in config.args}
-            config.args = [*config.args, *(p for p in paths if _place(Path(p)) not in named)]
+            named = set(state.named_paths())
+            config.args = [*config.args, *(str(r) for r in roots if r not in named)]
         else:
-            config.args = paths
-
-
-def _place(path: Path) -> Path:
-    """*path* with its links resolved, or as given where it cannot be (a NUL in an arg)."""
-    try:
-        return path.resolve()
-    except (OSError, ValueError):
-        return path
+            config.args = [str(r) for r in roots]
 
 
 _RUN_SUFFIXES = (".yaml", ".yml", ".jsonl")

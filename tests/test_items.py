@@ -524,3 +524,17 @@ def test_a_family_named_as_a_path_and_by_bench_is_collected_once(
         "fam/a.yaml::s1",
         "test_b.py::test_b",
     ]
+
+
+@pytest.mark.parametrize("run", [["--bench=fam"], ["-m", "calibration"]])
+def test_a_path_that_cannot_be_resolved_is_pytests_usage_error_not_a_crash(
+    pytester: pytest.Pytester, run: list[str]
+) -> None:
+    """A NUL in an argument (only ``pytest.main`` can pass one): the plugin compares named
+    paths resolved, and leaves pytest to say that no such file exists."""
+    fam = pytester.mkdir("fam")
+    (fam / "benchmark.yaml").write_text("family: fam\npillars:\n  - {key: p, weight: 1.0}\n")
+    result = pytester.runpytest(*run, "a\x00b", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert "file or directory not found" in result.stderr.str()
