@@ -301,15 +301,15 @@ class PairwiseRun:
     def compare(self, item: PairwiseItem, fixture_value: object) -> None:
         """Both answers and the judge's preference for *item* (calls for the next items start)."""
         pair = self._pair(fixture_value)
+        scheduler = self.state.scheduler
         future = self.tasks.pop(item.nodeid, None) or self._spawn(item, pair)
         if not self.needs_fixture or self.state.subject_shared:
-            scheduler = self.state.scheduler
             upcoming = upcoming_items(item, 4 * scheduler.window)
             for nxt in scheduler.ahead(item, upcoming, PairwiseItem):
                 if nxt.nodeid not in self.tasks:
                     self.tasks[nxt.nodeid] = self._spawn(nxt, pair)
         try:
-            parts = self.state.scheduler.wait(future)
+            parts = scheduler.wait(future)
         except ConfigError as exc:
             self.cancel_pending()
             self.state.stop_reason = f"configuration error: {exc}"

@@ -15,8 +15,9 @@ calls ahead keep moving while pytest reports item after item. Sync subjects
 run on daemon threads (``subjects/_base.py``). An earlier design ran the loop
 on a thread of its own: with fast calls, that thread and pytest's main thread
 handed the interpreter lock back and forth at every system call either made
-(about 100 context switches per item against a bare loop's one), which cost
-more than the work itself (``scripts/bench_scale.py --pinned``). A
+(60 to 66 context switches per item against a bare loop's 0.1 to 0.2), and
+each switch cost more than the work it handed over (``scripts/bench_scale.py
+--pinned``). A
 ``KeyboardInterrupt`` raised inside a subject is carried to the caller, and
 ``close()`` cancels whatever is pending (after ``-x``, Ctrl-C or the end of
 the session).

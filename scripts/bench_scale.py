@@ -13,12 +13,13 @@ whole processes interleaved over the repeats,
   tests: what any pytest run of N items costs, which no plugin can remove;
 
 * ``pinned`` (with ``--pinned``): the benchmark run again with the process held to one
-  CPU (``sched_setaffinity``): a diagnostic, not a way to run. With an instant judge the
-  main thread (pytest's work per item) and the event loop's thread (the SDK's) both
-  run Python and hand the interpreter lock to each other at every system call either
-  makes; on two cores each hand-off puts a thread to sleep and wakes one on the other
-  core. The difference between ``pytest`` and ``pinned`` is what those hand-offs cost;
-  each contender's context switches per item (children's rusage) are reported too;
+  CPU (``sched_setaffinity``): a diagnostic, not a way to run. Threads that both run
+  Python (pytest's main thread, which also runs the event loop; the daemon threads of a
+  sync subject) hand the interpreter lock to each other; on two cores each hand-off
+  puts a thread to sleep and wakes one on the other core. The difference between
+  ``pytest`` and ``pinned`` is what those hand-offs cost (it was about 40% of the
+  plugin's time beyond the bare loop while the loop had a thread of its own); each
+  contender's context switches per item (children's rusage) are reported too;
 
 and reports medians: ms per scenario of collection, ms per item of plugin
 work beyond the bare loop (``(pytest - bare - startup) / N`` where start-up
