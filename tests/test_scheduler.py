@@ -422,6 +422,9 @@ def test_ctrl_c_while_a_call_started_ahead_runs_stops_the_wait_at_once(
     scheduler = make_scheduler(2)
     waited = scheduler.submit(current())
     scheduler.tasks["ahead"] = scheduler.submit(ahead())  # type: ignore[arg-type]  # a stand-in
+    # Python's own Ctrl-C handler, as in a terminal: a suite started as a background job
+    # inherits SIGINT ignored, and the signal would then never arrive
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.6, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     started = time.monotonic()
@@ -430,6 +433,7 @@ def test_ctrl_c_while_a_call_started_ahead_runs_stops_the_wait_at_once(
             scheduler.wait(waited)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 10
     assert scheduler.tasks == {}  # what was pending is cancelled
 
