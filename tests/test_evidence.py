@@ -273,7 +273,9 @@ def test_walked_canonical_json_leaves_alone_what_json_dumps_writes_alike(
 ) -> None:
     """Every record holds timings of 17 significant digits and a local run's host is
     127.0.0.1: json.dumps writes those as RFC 8785 does, so the line is not split into
-    its strings to look at its numbers one by one (a third of the line's cost)."""
+    its strings to look at its numbers one by one (a third of the line's cost). Nor is it
+    for the integral floats most records hold (a subject's cost of 0.0, a score of 1.0):
+    they are written as the ints RFC 8785 writes for them."""
     record: dict[str, Any] = {
         "base_url_host": "127.0.0.1:40121",
         "timings": {"judge_s": 0.01341409599990584, "subject_s": 0.032277696998789907},
@@ -289,9 +291,35 @@ def test_walked_canonical_json_leaves_alone_what_json_dumps_writes_alike(
 
     monkeypatch.setattr(ev, "_STRINGS", _NoSplit())
     assert ev.walked_canonical_json(record) == expected
-    for unlike in ({"score": 1.0}, {"t": 1e-05}, {"n": -9007199254740992}, {"z": -0.0}):
+    for odd in (
+        {"score": 1.0, "cost": {"usd": 0.0}},
+        {"z": [-0.0, 3.0], "t": (1e-05, -2.5e-07)},
+        {"big": 9007199254740992.0, "huge": [2e16, 1.7976931348623157e308]},
+    ):
+        whole = {**record, **odd}
+        before = repr(whole)
+        assert ev.walked_canonical_json(whole) == rfc8785.dumps(whole)
+        assert repr(whole) == before  # written as RFC 8785 writes them, left as they were
+    unlikes: list[dict[str, Any]] = [{"n": -9007199254740992}, {"s": [_Str("version 1.0 here")]}]
+    for unlike in unlikes:
         with pytest.raises(AssertionError, match="split needlessly"):
             ev.walked_canonical_json({**record, **unlike})
+
+
+def test_walked_canonical_json_declines_a_text_holding_its_number_mark() -> None:
+    """A number in exponent form is written through a marked string; a string of the
+    record's own that holds the mark is never taken for one: the line is left to rfc8785."""
+    forged = f"{ev._MARK}0{ev._MARK}"
+    values: list[dict[str, Any]] = [
+        {"t": 1e-05, "answer": forged},
+        {"answer": forged},
+        {"t": 1e-05, forged: 1},
+    ]
+    for value in values:
+        assert ev.walked_canonical_json(value) is None
+    assert ev._plain_line({"t": 1e-05, "answer": forged}, "h", walked=True) == (
+        rfc8785.dumps({"answer": forged, "prev": "h", "t": 1e-05})
+    )
 
 
 class _Str(str):
