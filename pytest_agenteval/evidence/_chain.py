@@ -116,7 +116,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, NoReturn, SupportsIndex, TypeGuard, TypeVar, cast
+from typing import Any, BinaryIO, NoReturn, SupportsIndex, TypeGuard, TypeVar, cast
 
 import re2
 import rfc8785
@@ -658,22 +658,22 @@ class _SafeWalker:
         return self.notes
 
     def value(self, value: object, path: _Path, depth: int) -> JSONValue:
-        kind = type(value)
+        # the hot path of a large run (a hundred values a record): Any, not cast() calls
+        plain: Any = value
+        kind = type(plain)
         if kind is str:
-            return cast(str, value) if self.text is None else self.text(cast(str, value))
+            return plain if self.text is None else self.text(plain)
         if kind is float:
-            if math.isfinite(cast(float, value)):
-                return cast(float, value)
+            if math.isfinite(plain):
+                return plain  # type: ignore[no-any-return]
         elif kind is int:
-            if -_INT_LIMIT <= cast(int, value) <= _INT_LIMIT:
-                return cast(int, value)
-        elif kind is bool or value is None:
-            return cast("bool | None", value)
-        elif (kind is dict or kind is list) and depth < _MAX_DEPTH and id(value) not in self.active:
+            if -_INT_LIMIT <= plain <= _INT_LIMIT:
+                return plain  # type: ignore[no-any-return]
+        elif kind is bool or plain is None:
+            return plain  # type: ignore[no-any-return]
+        elif (kind is dict or kind is list) and depth < _MAX_DEPTH and id(plain) not in self.active:
             try:
-                return self.contents(
-                    cast("dict[object, object] | list[object]", value), path, depth
-                )
+                return self.contents(plain, path, depth)
             except Exception:  # as the general way: a hostile value inside stops nothing
                 return self._shown(self._unreadable(value, path))
         return self._shown(self._value(value, path, depth))
@@ -768,18 +768,12 @@ class _SafeWalker:
             del self.active[id(value)]
 
     def mapping(self, value: Mapping[_Key, object], path: _Path, depth: int) -> JSONObject:
-        pairs = list(value.items())
+        pairs: list[tuple[Any, object]] = list(value.items())
+        keys = tuple(k for k, _ in pairs)
+        if self._plain_keys(keys, type(value) is dict):
+            # distinct plain names that redaction leaves alone (the usual case)
+            return {k: self.value(item, (path, k), depth + 1) for k, item in pairs}
         text = self.text
-        keys = [k for k, _ in pairs]
-        if (
-            all(type(k) is str for k in keys)
-            and not _SURROGATE.search("".join(cast("list[str]", keys)))
-            and (type(value) is dict or len(set(keys)) == len(keys))  # items() may repeat
-            and (text is None or [text(cast(str, k)) for k in keys] == keys)
-        ):  # distinct plain names that redaction leaves alone (the usual case)
-            return {
-                cast(str, k): self.value(item, (path, cast(str, k)), depth + 1) for k, item in pairs
-            }
         # string keys keep their names; converted keys give way when they collide
         taken = {_joined(str.__str__(k)) for k, _ in pairs if isinstance(k, str)}
         out: JSONObject = {}
@@ -796,6 +790,36 @@ class _SafeWalker:
             shown = name if text is None else text(name)
             out[shown] = self.value(item, (path, name), depth + 1)
         return out
+
+    def _plain_keys(self, keys: tuple[Any, ...], distinct: bool) -> bool:
+        """Are *keys* distinct strings without a lone surrogate, that redaction leaves alone?
+
+        A record's mappings have a few dozen shapes (a cost, a criterion, a judge's
+        meta), so the answer for a shape is kept per redactor, and a record's keys
+        are not redacted one by one again (*distinct*: they come from a dict)."""
+        cache = _PLAIN_KEYS.get(self.text)
+        if cache is not None and keys in cache:
+            return True
+        if not (
+            all(type(k) is str for k in keys)
+            and not _SURROGATE.search("".join(keys))
+            and (distinct or len(set(keys)) == len(keys))  # items() may repeat
+            and (self.text is None or [self.text(k) for k in keys] == list(keys))
+        ):
+            return False
+        if distinct:
+            if cache is None or len(cache) >= _PLAIN_KEYS_MAX:
+                if len(_PLAIN_KEYS) >= _PLAIN_KEYS_MAX:
+                    _PLAIN_KEYS.clear()
+                cache = _PLAIN_KEYS[self.text] = set()
+            cache.add(keys)
+        return True
+
+
+#: Key sets :meth:`_SafeWalker._plain_keys` found plain, per redactor (its text
+#: function; None: no redaction). Bounded: cleared when full.
+_PLAIN_KEYS: dict[Callable[[str], str] | None, set[tuple[Any, ...]]] = {}
+_PLAIN_KEYS_MAX = 512
 
 
 def _has_index(value: object) -> TypeGuard[SupportsIndex]:
