@@ -110,6 +110,12 @@ class CalibrationOutcome:
 _EVIDENCE_ONLY_META = frozenset({"request", "raw_response", "parsed"})
 
 
+def warm_reports() -> None:
+    """Import what the first record needs (the reports, their models): see
+    :meth:`~pytest_agenteval._scheduler.Scheduler.while_waiting`."""
+    from .reports import _stream  # noqa: F401
+
+
 def lean_record(payload: dict[str, Any]) -> dict[str, Any]:
     """*payload* without the fields only the evidence keeps, for what the run holds in memory."""
     result = payload.get("result")

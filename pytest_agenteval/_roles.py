@@ -146,10 +146,15 @@ class AggregatorHooks:
             self.state.probe_mcp()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """A serial run: the items to account for (a controller learns them from workers)."""
-        self.aggregator.expect_items(
-            [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
-        )
+        """A serial run: the items to account for (a controller learns them from workers).
+        The reports' modules are imported while the first calls are out (a controller's
+        scheduler never waits: it imports them at its first record)."""
+        items = [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
+        self.aggregator.expect_items(items)
+        if items and not session.config.option.collectonly:
+            from ._aggregator import warm_reports
+
+            self.state.scheduler.while_waiting(warm_reports)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:

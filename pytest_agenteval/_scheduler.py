@@ -83,6 +83,7 @@ class Scheduler:
         self._limiter = asyncio.Semaphore(self.concurrency)
         self._subject_locks: dict[int, asyncio.Lock] = {}
         self.tasks: dict[str, asyncio.Future[ScenarioRun]] = {}
+        self._idle_work: list[Callable[[], object]] = []
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -93,6 +94,29 @@ class Scheduler:
 
             beat()
         return self._loop
+
+    def while_waiting(self, work: Callable[[], object]) -> None:
+        """Run *work* on a daemon thread the first time an item waits for its calls.
+
+        For what the run needs only later, such as the modules of the reports, imported
+        when the first record arrives: done on the main thread then, that took about a
+        third of a second here, in which no answer was read and no call started (the
+        loop runs on that thread). Done while the first calls are out, it overlaps them;
+        the lock the interpreter hands over every few milliseconds keeps the loop
+        running meanwhile. What *work* raises is dropped: the same import made when it
+        is needed raises there.
+        """
+        self._idle_work.append(work)
+
+    def _start_idle_work(self) -> None:
+        work, self._idle_work = self._idle_work, []
+
+        def target() -> None:
+            for each in work:
+                with contextlib.suppress(Exception):
+                    each()
+
+        threading.Thread(target=target, name="agenteval-warm-up", daemon=True).start()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """Start *coro* on the loop; it runs whenever the loop does (:meth:`wait`)."""
@@ -111,6 +135,8 @@ class Scheduler:
         SIGTERM) only once the main thread wakes.
         """
         loop = self._ensure_loop()
+        if self._idle_work and not future.done():
+            self._start_idle_work()
         try:
             if _loop_running_here():
                 _run_on_a_thread(loop, future)

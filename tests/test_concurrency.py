@@ -182,3 +182,37 @@ def test_alongside_pytest_asyncio_in_auto_mode(conc: pytest.Pytester) -> None:
     )
     result.assert_outcomes(passed=16)  # the async tests ran: pytest-asyncio was active
     assert max_in_flight(result) == 4
+
+
+IMPORT_SPY = """
+import sys, threading
+
+IMPORTERS = []
+
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pytest_agenteval.reports._stream":
+            IMPORTERS.append(threading.current_thread().name)
+        return None
+
+sys.meta_path.insert(0, Spy())
+
+def pytest_unconfigure(config):
+    print("\\nIMPORTED-BY=" + ",".join(IMPORTERS))
+"""
+
+
+def test_the_reports_are_imported_while_the_first_calls_are_out(conc: pytest.Pytester) -> None:
+    """The first record needs the reports' modules. Imported then, on the main thread that
+    also runs the loop, they stalled every call in flight (no answer read, no call started)
+    for about a third of a second; they are imported on a thread once the first item waits."""
+    conc.makeconftest(
+        SUBJECT.replace("{scope}", "session")
+        .replace("{which}", "agent")
+        .replace("asyncio.sleep(0.05)", "asyncio.sleep(0.5)")
+        + IMPORT_SPY
+    )
+    result = conc.runpytest_subprocess("--bench=conc", "--agenteval-concurrency=4", "-s")
+    result.assert_outcomes(passed=12)
+    (line,) = [ln for ln in result.stdout.lines if ln.startswith("IMPORTED-BY=")]
+    assert line == "IMPORTED-BY=agenteval-warm-up"

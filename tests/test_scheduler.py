@@ -508,3 +508,47 @@ def test_a_wait_from_inside_a_running_event_loop_runs_on_a_thread(
 
     assert asyncio.run(from_async_code()) == [it.scenario.id for it in items]
     assert scheduler.run_coro(asyncio.sleep(0, "after")) == "after"  # and on this thread again
+
+
+def test_work_while_waiting_runs_once_on_a_thread_beside_the_calls(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """Work for later (the reports' imports) starts at the first wait for a call, on a thread
+    of its own, while the loop goes on running the calls; once; what it raises is dropped."""
+    scheduler = make_scheduler(2)
+    ran: list[str] = []
+    loop_ran_meanwhile = threading.Event()
+
+    def work() -> None:
+        ran.append(threading.current_thread().name)
+        # the loop sets this while the work runs: the work is not on the loop's thread
+        if not loop_ran_meanwhile.wait(5):
+            ran.append("the loop did not run meanwhile")
+        raise RuntimeError("dropped")
+
+    def failing() -> None:
+        raise ImportError("dropped too")
+
+    async def ready() -> str:
+        return "ready"
+
+    done = scheduler.submit(ready())
+    scheduler.wait(done)
+    scheduler.while_waiting(failing)
+    scheduler.while_waiting(work)
+    assert scheduler.wait(done) == "ready"
+    time.sleep(0.1)
+    assert ran == []  # a wait for what is done already starts nothing
+
+    async def call() -> str:
+        deadline = time.monotonic() + 5
+        while not ran and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        loop_ran_meanwhile.set()
+        await asyncio.sleep(0.05)
+        return "answer"
+
+    assert scheduler.wait(scheduler.submit(call())) == "answer"
+    assert scheduler.wait(scheduler.submit(call())) == "answer"
+    settle(scheduler, lambda: len(ran) >= 1)
+    assert ran == ["agenteval-warm-up"]
