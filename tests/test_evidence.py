@@ -306,6 +306,19 @@ def test_walked_canonical_json_leaves_alone_what_json_dumps_writes_alike(
             ev.walked_canonical_json({**record, **unlike})
 
 
+def test_walked_canonical_json_writes_floats_of_every_magnitude_as_rfc8785() -> None:
+    """Every float is written as RFC 8785 writes it: those Python writes unlike it (integral,
+    exponent form) and those it writes alike, on both sides of each switch of notation."""
+    rng = random.Random(1e-7)
+    edges = [1e-4, 1e-6, 1e-7, 1e15, 1e16, 1e21, 2.0**53, 5e-324, 2.2250738585072014e-308]
+    values: list[float] = [x * f for x in edges for f in (1, -1, 1 - 2**-52, 1 + 2**-52)]
+    values += [rng.uniform(-1, 1) * 10 ** rng.uniform(-30, 30) for _ in range(3000)]
+    values += [float(rng.randrange(-(10**17), 10**17)) for _ in range(500)]
+    for number in values:
+        record: dict[str, Any] = {"n": number, "in": [number, {"x": number}]}
+        assert ev.walked_canonical_json(record) == rfc8785.dumps(record), number
+
+
 def test_walked_canonical_json_declines_a_text_holding_its_number_mark() -> None:
     """A number in exponent form is written through a marked string; a string of the
     record's own that holds the mark is never taken for one: the line is left to rfc8785."""
