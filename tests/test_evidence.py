@@ -1574,3 +1574,82 @@ def test_indented_json_is_written_in_pieces_and_reads_back_as_the_safe_copy() ->
     out = io.BytesIO()
     ev.write_indented_json(plain, out)
     assert out.getvalue() == (json.dumps(plain, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+_KEY_SECRET = "sk-abcdefghijklmnopqrstuvwx0123456789"
+
+
+def test_the_walks_cache_of_plain_keys_never_passes_a_hostile_key() -> None:
+    """Key sets found plain are cached per redactor; only exact ``str`` keys are looked up,
+    so a key an agent made (a str subclass equal to any name, hashed as a cached one, or
+    sorting its own way) is still converted and redacted, and an unhashable key from a
+    hand-made mapping is still noted, never raised."""
+    from collections.abc import Iterator as _Iterator
+    from collections.abc import Mapping as _Mapping
+
+    from pytest_agenteval.evidence._redact import Redactor
+
+    red = Redactor({"OPENAI_API_KEY": _KEY_SECRET})
+    for shape in ({"model": 1}, {"b": 1, "a": 2}):  # the shapes below, cached now
+        ev.json_safe_record({"out": shape}, text=red.text)
+    assert ("model",) in (ev._plain_key_cache(red.text) or set())
+
+    class Posing(str):
+        def __hash__(self) -> int:
+            return hash("model")
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    safe = ev.json_safe_record({"out": {Posing(_KEY_SECRET): 1}}, text=red.text)
+    line = ev._plain_line(safe, "h", walked=True)
+    assert line is not None and _KEY_SECRET.encode() not in line
+    assert b"[REDACTED:OPENAI_API_KEY]" in line
+
+    class Backwards(str):
+        def __lt__(self, other: str) -> bool:
+            return not str.__lt__(self, other)
+
+    safe = ev.json_safe_record({"out": {Backwards("b"): 1, Backwards("a"): 2}}, text=red.text)
+    assert all(type(k) is str for k in safe["out"])  # type: ignore[union-attr]
+    assert ev._plain_line(safe, "h", walked=True) == rfc8785.dumps(
+        {"out": {"a": 2, "b": 1}, "prev": "h"}
+    )
+
+    class Pairs(_Mapping[Any, int]):
+        def __getitem__(self, key: Any) -> int:
+            raise KeyError(key)
+
+        def __iter__(self) -> _Iterator[Any]:
+            return iter([["x"]])
+
+        def __len__(self) -> int:
+            return 1
+
+        def items(self) -> Any:
+            return [(["x"], 1)]
+
+    for record in ({"out": Pairs()}, Pairs()):
+        safe = ev.json_safe_record(record, text=red.text)
+        assert "converted" in safe
+
+
+def test_the_cache_of_plain_keys_is_bounded_and_lets_its_redactor_go() -> None:
+    """Keys an agent makes up in every answer are not kept (only small sets are), and the
+    cache holds its redactor weakly: a finished run's secrets and memos go with it."""
+    import gc
+    import weakref
+
+    from pytest_agenteval.evidence._redact import Redactor
+
+    red = Redactor({"OPENAI_API_KEY": _KEY_SECRET})
+    for i in range(600):
+        ev.json_safe_record({"out": {f"id-{i}-{j}": j for j in range(40)}}, text=red.text)
+        ev.json_safe_record({"small": {f"k{i}": 1}}, text=red.text)
+    cache = ev._plain_key_cache(red.text)
+    assert cache is not None and 0 < len(cache) <= ev._PLAIN_KEYS_MAX
+    assert all(len(keys) <= ev._PLAIN_KEYS_MAX_KEYS for keys in cache)
+    gone = weakref.ref(red)
+    del red, cache
+    gc.collect()
+    assert gone() is None

@@ -111,6 +111,7 @@ import re
 import secrets
 import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -795,31 +796,55 @@ class _SafeWalker:
         """Are *keys* distinct strings without a lone surrogate, that redaction leaves alone?
 
         A record's mappings have a few dozen shapes (a cost, a criterion, a judge's
-        meta), so the answer for a shape is kept per redactor, and a record's keys
-        are not redacted one by one again (*distinct*: they come from a dict)."""
-        cache = _PLAIN_KEYS.get(self.text)
+        meta), so the answer for a small shape is kept per redactor, and a record's
+        keys are not redacted one by one again (*distinct*: they come from a dict).
+        Exactly ``str`` keys are looked up: a subclass's own ``__eq__`` or
+        ``__hash__`` could pass for a cached name."""
+        if not all(type(k) is str for k in keys):
+            return False
+        cache = _plain_key_cache(self.text) if distinct else None
         if cache is not None and keys in cache:
             return True
         if not (
-            all(type(k) is str for k in keys)
-            and not _SURROGATE.search("".join(keys))
+            not _SURROGATE.search("".join(keys))
             and (distinct or len(set(keys)) == len(keys))  # items() may repeat
             and (self.text is None or [self.text(k) for k in keys] == list(keys))
         ):
             return False
-        if distinct:
-            if cache is None or len(cache) >= _PLAIN_KEYS_MAX:
-                if len(_PLAIN_KEYS) >= _PLAIN_KEYS_MAX:
-                    _PLAIN_KEYS.clear()
-                cache = _PLAIN_KEYS[self.text] = set()
+        small = len(keys) <= _PLAIN_KEYS_MAX_KEYS and sum(map(len, keys)) <= _PLAIN_KEYS_MAX_CHARS
+        if cache is not None and small:
+            if len(cache) >= _PLAIN_KEYS_MAX:
+                cache.clear()
             cache.add(keys)
         return True
 
 
-#: Key sets :meth:`_SafeWalker._plain_keys` found plain, per redactor (its text
-#: function; None: no redaction). Bounded: cleared when full.
-_PLAIN_KEYS: dict[Callable[[str], str] | None, set[tuple[Any, ...]]] = {}
+#: Key sets :meth:`_SafeWalker._plain_keys` found plain: without redaction, and per
+#: redactor (the object whose method redacts, held weakly: a finished run's redactor
+#: goes with it). Only small sets (a record's own shapes), and at most 512 of them
+#: per redactor: keys an agent made up in every answer cannot fill memory.
+_PLAIN_KEYS_UNREDACTED: set[tuple[str, ...]] = set()
+_PLAIN_KEYS: weakref.WeakKeyDictionary[object, dict[object, set[tuple[str, ...]]]] = (
+    weakref.WeakKeyDictionary()
+)
 _PLAIN_KEYS_MAX = 512
+_PLAIN_KEYS_MAX_KEYS = 32
+_PLAIN_KEYS_MAX_CHARS = 1024
+
+
+def _plain_key_cache(text: Callable[[str], str] | None) -> set[tuple[str, ...]] | None:
+    """The key sets found plain under *text*; None where nothing is kept (a redacting
+    function that is not the method of an object that can be weakly referenced)."""
+    if text is None:
+        return _PLAIN_KEYS_UNREDACTED
+    owner, function = getattr(text, "__self__", None), getattr(text, "__func__", None)
+    if owner is None or function is None:
+        return None
+    try:
+        per_owner = _PLAIN_KEYS.setdefault(owner, {})
+    except TypeError:  # not weakly referenceable
+        return None
+    return per_owner.setdefault(function, set())
 
 
 def _has_index(value: object) -> TypeGuard[SupportsIndex]:
