@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -112,11 +113,16 @@ class Scheduler:
         work, self._idle_work = self._idle_work, []
 
         def target() -> None:
-            for each in work:
-                with contextlib.suppress(Exception):
-                    each()
+            try:
+                for each in work:
+                    with contextlib.suppress(Exception):
+                        each()
+            finally:
+                _WARMING.discard(threading.current_thread())
 
-        threading.Thread(target=target, name="agenteval-warm-up", daemon=True).start()
+        thread = threading.Thread(target=target, name="agenteval-warm-up", daemon=True)
+        _WARMING.add(thread)
+        thread.start()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """Start *coro* on the loop; it runs whenever the loop does (:meth:`wait`)."""
@@ -237,6 +243,23 @@ class Scheduler:
         with contextlib.suppress(Exception):
             loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+#: Warm-up threads running (:meth:`Scheduler.while_waiting`).
+_WARMING: set[threading.Thread] = set()
+_FORK_WAIT_S = 10.0
+
+
+def _before_fork() -> None:
+    """A fork (a subject's multiprocessing, say) waits for the warm-up to finish: a child
+    forked while that thread holds a module's import lock would wait for it forever."""
+    for thread in list(_WARMING):
+        if thread is not threading.current_thread():
+            thread.join(_FORK_WAIT_S)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(before=_before_fork)
 
 
 def _run(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:

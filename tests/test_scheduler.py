@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -552,3 +553,35 @@ def test_work_while_waiting_runs_once_on_a_thread_beside_the_calls(
     assert scheduler.wait(scheduler.submit(call())) == "answer"
     settle(scheduler, lambda: len(ran) >= 1)
     assert ran == ["agenteval-warm-up"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_fork_waits_for_the_warm_up(make_scheduler: Callable[[int], Scheduler]) -> None:
+    """A subject forking (multiprocessing's default on Linux before 3.14) while the warm-up
+    imports would leave the child with import locks nobody releases: the fork waits."""
+    import warnings
+
+    scheduler = make_scheduler(1)
+    started, done = threading.Event(), threading.Event()
+
+    def work() -> None:
+        started.set()
+        time.sleep(0.5)
+        done.set()
+
+    scheduler.while_waiting(work)
+
+    async def call() -> None:
+        deadline = time.monotonic() + 5
+        while not started.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    scheduler.wait(scheduler.submit(call()))
+    assert started.is_set() and not done.is_set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # a multi-threaded fork
+        pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert done.is_set()
