@@ -126,19 +126,29 @@ def _figure(value: object) -> str | int | float:
     raise TypeError(f"cost total: {type(value).__name__} is not a number")
 
 
+def usd(amount: float) -> str:
+    """*amount* in dollars, with cents, or the digits a smaller amount needs ($0.0003)."""
+    return f"${amount:.2f}" if round(amount, 2) == amount else f"${amount:.6g}"
+
+
 class Budget:
     """Spend so far in this process; ``check`` refuses new calls once the limit is reached."""
 
-    def __init__(self, limit_usd: float | None) -> None:
+    def __init__(self, limit_usd: float | None, *, of_run: float | None = None) -> None:
         self.limit = limit_usd
+        #: The run's whole budget, when *limit_usd* is one xdist worker's share of it.
+        self.of_run = of_run
         self.spent = 0.0
         self._lock = threading.Lock()
 
     def check(self) -> None:
         if self.limit is not None and self.spent >= self.limit:
-            raise BudgetExceeded(
-                f"cost budget of ${self.limit:.2f} reached (spent ${self.spent:.4f}); not evaluated"
+            whose = (
+                f"this worker's share {usd(self.limit)} of the run's budget {usd(self.of_run)}"
+                if self.of_run is not None and self.of_run != self.limit
+                else f"budget of {usd(self.limit)}"
             )
+            raise BudgetExceeded(f"cost {whose} reached (spent ${self.spent:.4f}); not evaluated")
 
     def charge(self, cost: Cost) -> None:
         if cost.usd:

@@ -18,16 +18,26 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ._checks import Check
+from ._cost import BudgetExceeded
 from ._evals import EvalResult, band_verdict, combine_results
 from ._family import Article, Family
+from ._run import NO_LIMIT
 from ._spec import Scenario
 from ._stash import STATE
 from ._vocab import AgentevalError, ConfigError, ItemError, SpecError
-from .judges._base import CriterionSpec, GradeRequest, Judge, criteria_from, grade_to_result
+from .judges._base import (
+    CriterionSpec,
+    GradeRequest,
+    Judge,
+    criteria_from,
+    grade_to_result,
+    is_deterministic,
+)
 from .subjects._base import Response
 
 if TYPE_CHECKING:  # the golden-file loader is imported when a golden file is collected
     from ._golden import GoldenEntry, Triage
+    from ._scheduler import Scheduler
 
 
 class CalibrationMismatch(AgentevalError, AssertionError):
@@ -179,7 +189,7 @@ class CalibrationItem(pytest.Item):
         judges = batched_judges(self.config, self.nodeid, state.judges())
         request = self.grade_request()
         try:
-            result = state.scheduler.run_coro(self._grade(judges, request))
+            result = state.scheduler.run_coro(self._grade(judges, request, state.scheduler))
         except ConfigError as exc:
             pytest.exit(
                 f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
@@ -226,21 +236,38 @@ class CalibrationItem(pytest.Item):
             self.payload["actual"] = None
             pytest.skip(f"{self.entry.id}: {result.reasoning}")
 
-    async def _grade(self, judges: Sequence[Judge], request: GradeRequest) -> EvalResult:
-        """One judge, or several combined by weighted median as in benchmark runs."""
-        graded = await asyncio.gather(
-            *(
-                grade_to_result(
+    async def _grade(
+        self, judges: Sequence[Judge], request: GradeRequest, scheduler: Scheduler
+    ) -> EvalResult:
+        """One judge, or several combined by weighted median as in benchmark runs. A live
+        call takes one of the run's slots (``--agenteval-concurrency``) and is not made once
+        the budget is spent (``--agenteval-max-cost``), as a benchmark item's; each grade is
+        charged, a batch's at the batch price when its item reads it."""
+        from .judges._batch import BatchedGrade, grade_cost
+
+        async def one(judge: Judge) -> EvalResult:
+            name = getattr(judge, "name", "judge")
+            live = not isinstance(judge, BatchedGrade) and not is_deterministic(judge)
+            async with scheduler.limiter if live else NO_LIMIT:
+                if live and getattr(judge, "billable", True):
+                    try:
+                        scheduler.budget.check()
+                    except BudgetExceeded as exc:
+                        return EvalResult(
+                            self.entry.id, name, None, "error", kind="scenario", error=str(exc)
+                        )
+                graded = await grade_to_result(
                     judge,
                     request,
                     key=self.entry.id,
-                    name=getattr(judge, "name", "judge"),
+                    name=name,
                     bands=self.article.bands,
                     severity=self.article.meta.severity,
                 )
-                for judge in judges
-            )
-        )
+            scheduler.budget.charge(grade_cost(graded.meta, name, scheduler.rates))
+            return graded
+
+        graded = await asyncio.gather(*(one(judge) for judge in judges))
         if len(graded) == 1:
             return graded[0]
         return combine_results(

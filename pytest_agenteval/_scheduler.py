@@ -86,6 +86,12 @@ class Scheduler:
         self.tasks: dict[str, asyncio.Future[ScenarioRun]] = {}
         self._idle_work: list[Callable[[], object]] = []
 
+    @property
+    def limiter(self) -> asyncio.Semaphore:
+        """The slots of the calls in flight (``--agenteval-concurrency``), for calls made
+        outside :meth:`run` (calibration items)."""
+        return self._limiter
+
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             loop = self._loop = asyncio.new_event_loop()

@@ -249,7 +249,7 @@ class AgentevalState:
         self.max_cost = run.max_cost
         # limits of the run, not of each process: -n 4 must not send four times as many
         concurrency, budget = run.per_worker(workers)
-        self.scheduler = Scheduler(concurrency, Budget(budget), self.rates)
+        self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
         self.subject_shared = False
         self._markers: set[str] = set()
         self.started_at = datetime.now(timezone.utc)

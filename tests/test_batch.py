@@ -385,3 +385,198 @@ def test_batch_price_is_half_and_a_live_reask_is_full_price() -> None:
     assert grade_cost(partly, "openai:m", rates).usd == pytest.approx((250 + 700) * 1e-6)
     unknown = {**batch, "model_requested": "nobody"}
     assert grade_cost(unknown, None, rates).usd is None
+
+
+def _mangled_output(monkeypatch: pytest.MonkeyPatch, mangle: Any) -> None:
+    """The fake's OpenAI batches get their output file rewritten by *mangle* (lines -> lines)."""
+    import fakellm
+
+    create = fakellm.FakeBatches._openai_create
+
+    def patched(self: Any, req: RecordedRequest) -> tuple[int, Any]:
+        status, view = create(self, req)
+        file_id = self.batches[view["id"]].output_file_id
+        if file_id:
+            lines = [x for x in self.files[file_id]["content"].splitlines() if x.strip()]
+            self.files[file_id]["content"] = b"\n".join(mangle(lines)) + b"\n"
+        return status, view
+
+    monkeypatch.setattr(fakellm.FakeBatches, "_openai_create", patched)
+
+
+def _opposite(line: bytes) -> bytes:
+    """The same output line with the opposite grade."""
+    obj = json.loads(line)
+    message = obj["response"]["body"]["choices"][0]["message"]
+    grade = json.loads(message["content"])
+    grade["overall_score"] = 100 - grade["overall_score"]
+    for criterion in grade["criteria"]:
+        criterion["met"] = not criterion["met"]
+    message["content"] = json.dumps(grade)
+    return json.dumps(obj).encode()
+
+
+@pytest.mark.parametrize(
+    "bad", [b'{"custom_id": "agenteval-2", "respo', b"[1, 2, 3]", b"null", b'"text"']
+)
+def test_an_unreadable_line_of_the_results_errs_its_item_only(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, bad: bytes
+) -> None:
+    """A truncated, non-object or null line cannot be told whose it is: the request it
+    replaced has no result (an item error naming the unreadable line), the others grade;
+    the run ends normally, so running again does not meet the same crash."""
+    _mangled_output(monkeypatch, lambda lines: [*lines[:2], bad, *lines[3:]])
+    result = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    result.assert_outcomes(passed=5, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*cal-2: judge error*no result for this request; 1 line(s) of the batch's results*"]
+    )
+    assert verify_run(run_dirs(golden)[-1]).complete
+
+
+def test_two_different_results_for_one_request_err_it_and_an_identical_repeat_does_not(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the opposite grade first: taking the first line would fail a pass silently
+    _mangled_output(monkeypatch, lambda lines: [_opposite(lines[0]), *lines, lines[1]])
+    result = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    result.assert_outcomes(passed=5, errors=1)
+    result.stdout.fnmatch_lines(["*cal-0: judge error*two different answers to this request*"])
+
+
+def test_a_failed_submission_keeps_the_batches_submitted_before_it(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two judges: OpenAI's batch is submitted (and paid for), then Anthropic's is refused.
+    The run stops cleanly saying so, batch.json already holds OpenAI's batch, and the same
+    command collects it instead of paying for a second one."""
+    import fakellm
+
+    create = fakellm.FakeBatches._anthropic_create
+    refuse = {"on": True}
+
+    def patched(self: Any, req: RecordedRequest) -> tuple[int, Any]:
+        return (500, "fakellm: batch creation refused") if refuse["on"] else create(self, req)
+
+    monkeypatch.setattr(fakellm.FakeBatches, "_anthropic_create", patched)
+    judges = ["--judge=openai:gpt-4o-mini", "--judge=anthropic:claude-haiku-4-5"]
+    env.batch.behave(polls=10_000)
+    first = golden.runpytest(*BATCH, *judges)
+    assert first.ret == pytest.ExitCode.INTERRUPTED
+    first.stdout.fnmatch_lines(
+        ["*submitting the batch of anthropic:claude-haiku-4-5 failed*run the same command again*"]
+    )
+    assert "INTERNALERROR" not in first.stdout.str() + first.stderr.str()
+    (pending,) = run_dirs(golden)
+    (openai_batch,) = env.batch.created
+    assert [b["batch_id"] for b in batch_json(pending)["batches"]] == [openai_batch]
+
+    refuse["on"] = False
+    env.batch.batches[openai_batch].polls_left = 0
+    env.batch.behave(polls=0)
+    golden.runpytest(*BATCH, *judges).assert_outcomes(passed=6)
+    assert [b for b in env.batch.created if b.startswith("batch_")] == [openai_batch]
+
+
+def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(
+    golden: pytest.Pytester, env: FakeLLMServer
+) -> None:
+    """Only the batch made from the recorded input file is taken over. A run killed while
+    its batch is pending has no seal yet, so its batch.json can be edited unnoticed: made
+    to name another batch with the same custom ids, it would grade these entries with
+    that batch's answers."""
+    import signal
+    import sys
+    import time
+
+    env.batch.behave(polls=10_000)
+    killed = golden.popen([sys.executable, "-m", "pytest", *BATCH, "--judge=openai:gpt-4o-mini"])
+    deadline = time.monotonic() + 60
+    while not list((golden.path / ".agenteval").rglob("batch.json")):
+        assert time.monotonic() < deadline and killed.poll() is None, "no batch.json written"
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    (pending,) = run_dirs(golden)
+    # another batch with the same custom ids: the requests of another rubric
+    rubric = golden.path / "demo" / "refuse.yaml"
+    original = rubric.read_text()
+    rubric.write_text(original.replace("Refuses clearly", "Refuses, politely"))
+    golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-batch-wait=0")
+    rubric.write_text(original)
+    other = env.batch.created[-1]
+    state = batch_json(pending)
+    state["batches"][0]["batch_id"] = other
+    (pending / "batch.json").write_text(json.dumps(state))
+    for batch_id in env.batch.created:
+        env.batch.batches[batch_id].polls_left = 0
+    env.batch.behave(polls=0)
+    result = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    result.stdout.fnmatch_lines([f"*not resuming*batch {other} was not made from the recorded*"])
+    result.assert_outcomes(passed=6)
+    assert len(env.batch.created) == 3
+
+
+def test_a_wait_shorter_than_the_poll_interval_is_kept(
+    golden: pytest.Pytester, env: FakeLLMServer
+) -> None:
+    import time
+
+    env.batch.behave(polls=10_000)
+    start = time.monotonic()
+    result = golden.runpytest(
+        "-m",
+        "calibration",
+        "--judge-batch",
+        "--judge-batch-poll=60",
+        "--judge-batch-wait=0.2",
+        "--judge=openai:gpt-4o-mini",
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert time.monotonic() - start < 30, "the wait ran to the poll interval (60 s)"
+
+
+# --------------------------------------------------------------------------- live calibration
+# (the same golden set graded live: the run's limits hold as for benchmark items)
+
+
+def test_a_live_calibration_run_stops_calling_once_the_budget_is_spent(
+    golden: pytest.Pytester, env: FakeLLMServer
+) -> None:
+    # each grade: 100 prompt and 20 completion tokens at $1 and $2 per million = $0.00014
+    result = golden.runpytest(
+        "-m",
+        "calibration",
+        "--judge=openai:gpt-4o-mini",
+        "--agenteval-concurrency=1",
+        "--agenteval-max-cost=0.0003",
+    )
+    assert len(live_calls(env)) == 3  # $0.00028 spent after two: the third is the last
+    result.assert_outcomes(passed=3, errors=3)
+    result.stdout.fnmatch_lines(["*cal-3: judge error*cost budget of $0.0003 reached*"])
+
+
+def test_a_live_calibration_run_keeps_the_concurrency_limit(
+    golden: pytest.Pytester, env: FakeLLMServer
+) -> None:
+    import threading
+    import time
+
+    lock = threading.Lock()
+    seen = {"now": 0, "most": 0}
+
+    def handler(req: RecordedRequest) -> Reply:
+        with lock:
+            seen["now"] += 1
+            seen["most"] = max(seen["most"], seen["now"])
+        time.sleep(0.05)
+        with lock:
+            seen["now"] -= 1
+        return grader(req)
+
+    env.set_handler(handler)
+    judges = ["--judge=openai:gpt-4o-mini", "--judge=openai:gpt-4.1-mini", "--judge=openai:gpt-4o"]
+    result = golden.runpytest("-m", "calibration", *judges, "--agenteval-concurrency=2")
+    result.assert_outcomes(passed=6)
+    assert len(live_calls(env)) == 18
+    assert seen["most"] == 2

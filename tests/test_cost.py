@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_agenteval._cost import DEFAULT_RATES, Budget, BudgetExceeded, cost_of, parse_rates
+from pytest_agenteval._cost import DEFAULT_RATES, Budget, BudgetExceeded, Cost, cost_of, parse_rates
 
 
 def test_cost_from_rates() -> None:
@@ -35,7 +35,7 @@ def test_budget() -> None:
     budget = Budget(0.001)
     budget.check()
     budget.charge(cost_of("gpt-4o", {"prompt_tokens": 1000, "completion_tokens": 0}, DEFAULT_RATES))
-    with pytest.raises(BudgetExceeded, match=r"cost budget of \$0.00 reached"):
+    with pytest.raises(BudgetExceeded, match=r"cost budget of \$0.001 reached"):
         budget.check()
 
 
@@ -70,6 +70,19 @@ def test_totals_in_summary_and_budget_stops_calls(demo: pytest.Pytester) -> None
     result = demo.runpytest(
         "--bench=demo", "--agenteval-concurrency=1", "--agenteval-max-cost=0.003"
     )
-    result.stdout.fnmatch_lines(["*cost budget of $0.00 reached*not evaluated*"])
+    result.stdout.fnmatch_lines(["*cost budget of $0.003 reached*not evaluated*"])
     outcomes = result.parseoutcomes()
     assert (outcomes.get("passed"), outcomes.get("warned"), outcomes.get("errors")) == (1, 1, 1)
+
+
+def test_a_workers_budget_is_its_share_of_the_run_and_says_so() -> None:
+    share = Budget(5.0, of_run=10.0)
+    share.charge(Cost(5.0, 0, 0))
+    with pytest.raises(
+        BudgetExceeded, match=r"this worker's share \$5.00 of the run's budget \$10.00"
+    ):
+        share.check()
+    whole = Budget(0.0003, of_run=0.0003)
+    whole.charge(Cost(0.0003, 0, 0))
+    with pytest.raises(BudgetExceeded, match=r"cost budget of \$0.0003 reached"):
+        whole.check()

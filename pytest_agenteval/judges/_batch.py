@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Final, TypeGuard, Union
 
 import pytest
 
-from .._cost import Cost, cost_of
+from .._cost import BudgetExceeded, Cost, cost_of
 from .._vocab import AgentevalError, JSONObject, JSONValue
 
 if TYPE_CHECKING:
@@ -702,6 +702,8 @@ async def collect(job: Job) -> dict[str, Outcome | _Reask]:
 
     by_id = {line.custom_id: line for line in job.lines}
     out: dict[str, Outcome | _Reask] = {}
+    seen: dict[str, object] = {}  # custom_id -> its first line, parsed
+    unreadable = 0
     judge = job.judge
     if isinstance(judge, OpenAIJudge):
         client = judge.conn.client()
@@ -709,9 +711,16 @@ async def collect(job: Job) -> dict[str, Outcome | _Reask]:
         raws = await _read_file(client, getattr(batch, "output_file_id", None))
         raws += await _read_file(client, getattr(batch, "error_file_id", None))
         for raw in raws:
-            obj = json.loads(raw)
+            try:
+                obj = json.loads(raw)
+            except (ValueError, RecursionError):
+                unreadable += 1
+                continue
+            if not isinstance(obj, dict):
+                unreadable += 1
+                continue
             line = by_id.get(str(obj.get("custom_id")))
-            if line is not None and line.custom_id not in out:
+            if line is not None and _first(job, line, out, seen, obj):
                 out[line.custom_id] = openai_outcome(job, line, obj)
     else:
         assert job.batch_id is not None, "an ended batch was submitted"
@@ -719,36 +728,64 @@ async def collect(job: Job) -> dict[str, Outcome | _Reask]:
         response = getattr(results, "http_response", None)
         if response is None:  # an SDK without the raw response: its (lenient) parse
             async for entry in results:
-                _take_anthropic(job, by_id, out, entry.to_json().encode())
+                unreadable += _take_anthropic(job, by_id, out, seen, entry.to_json().encode())
         else:  # the raw lines, so that the tool input can be read strictly
             buffer = b""
             async for chunk in response.aiter_bytes():
                 buffer += chunk
                 *complete, buffer = buffer.split(b"\n")
                 for raw in complete:
-                    _take_anthropic(job, by_id, out, raw)
-            _take_anthropic(job, by_id, out, buffer)
-    why = _batch_failure(job)
+                    unreadable += _take_anthropic(job, by_id, out, seen, raw)
+            unreadable += _take_anthropic(job, by_id, out, seen, buffer)
+    why = _batch_failure(job) or "no result for this request"
+    if unreadable:
+        why += f"; {unreadable} line(s) of the batch's results could not be read"
     for line in job.lines:
         if line.custom_id not in out:
             out[line.custom_id] = _problem_error(
-                f"judge batch {job.batch_id}: {why or 'no result for this request'} "
-                f"(batch {job.status})",
-                _details(job, line),
+                f"judge batch {job.batch_id}: {why} (batch {job.status})", _details(job, line)
             )
     return out
 
 
+def _first(
+    job: Job, line: Line, out: dict[str, Outcome | _Reask], seen: dict[str, object], obj: object
+) -> bool:
+    """Whether *obj* is the first result for *line*. A second one that differs makes the
+    request's grade an error: which of the two is the provider's answer cannot be told."""
+    first = seen.setdefault(line.custom_id, obj)
+    if first is obj:
+        return True
+    if first != obj:
+        out[line.custom_id] = _problem_error(
+            f"judge batch {job.batch_id}: the results hold two different answers to this "
+            "request; neither is used",
+            _details(job, line),
+        )
+    return False
+
+
 def _take_anthropic(
-    job: Job, by_id: dict[str, Line], out: dict[str, Outcome | _Reask], raw: bytes
-) -> None:
+    job: Job,
+    by_id: dict[str, Line],
+    out: dict[str, Outcome | _Reask],
+    seen: dict[str, object],
+    raw: bytes,
+) -> int:
+    """Take one line of Anthropic's results; 1 when it cannot be read, else 0."""
     text = raw.decode("utf-8", "replace").strip()
     if not text:
-        return
-    with contextlib.suppress(ValueError, AttributeError):
-        line = by_id.get(str(json.loads(text).get("custom_id")))
-        if line is not None and line.custom_id not in out:
-            out[line.custom_id] = anthropic_outcome(job, line, text)
+        return 0
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return 1
+    if not isinstance(obj, dict):
+        return 1
+    line = by_id.get(str(obj.get("custom_id")))
+    if line is not None and _first(job, line, out, seen, obj):
+        out[line.custom_id] = anthropic_outcome(job, line, text)
+    return 0
 
 
 def _batch_failure(job: Job) -> str:
@@ -921,6 +958,9 @@ async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
         sent = content.content if hasattr(content, "content") else await content.aread()
         if hashlib.sha256(bytes(sent)).hexdigest() != hashlib.sha256(data).hexdigest():
             return "the provider's input file is not the requests this run would send"
+        batch = await judge.conn.client().batches.retrieve(str(entry["batch_id"]))
+        if getattr(batch, "input_file_id", None) != file_id:
+            return f"batch {entry['batch_id']} was not made from the recorded input file"
         job.input_file_id = file_id
     job.lines = renewed
     job.batch_id = str(entry["batch_id"])
@@ -1105,7 +1145,16 @@ def run_batch_phase(
         try:
             scheduler.run_coro(submit(job))
         except sdk_errors as exc:
-            raise _sdk_error(state, job, exc) from None
+            error = _sdk_error(state, job, exc)
+            _save([j for j in jobs if j.batch_id is not None])  # those submitted: resumable
+            if isinstance(error, pytest.exit.Exception):
+                raise error from None
+            raise session.Interrupted(
+                f"agenteval: batch judging: submitting the batch of {job.judge.name} failed: "
+                f"{error}; the batches submitted before it are kept in batch.json: run the "
+                "same command again to resume them"
+            ) from None
+        _save([j for j in jobs if j.batch_id is not None])  # at once: a batch is paid for
         _say(
             state,
             f"agenteval: batch judging: submitted {job.total} requests to {job.judge.name} as "
@@ -1135,6 +1184,10 @@ def run_batch_phase(
 
         async def one(item: _Reask) -> Outcome:
             async with limit:
+                try:  # a re-ask is a live call: the budget applies
+                    scheduler.budget.check()
+                except BudgetExceeded as exc:
+                    return _problem_error(str(exc), _details(item.job, item.line))
                 return await reask(item)
 
         async def all_reasks() -> list[Outcome]:
@@ -1179,7 +1232,8 @@ def _wait(
                 f"{options.wait_s:g}s (--judge-batch-wait); run the same command again to "
                 "collect it (the run directory keeps its state in batch.json)"
             )
-        time.sleep(options.poll_s)
+        left = None if options.wait_s is None else options.wait_s - (time.monotonic() - started)
+        time.sleep(options.poll_s if left is None else max(0.0, min(options.poll_s, left)))
         changed = False
         for job in pending:
             before = (job.status, job.done)
