@@ -143,7 +143,7 @@ def _lean_node(node: dict[str, Any]) -> dict[str, Any]:
 
 #: What the end of a run reads of a record no report shows in full (cost totals, the
 #: judge-cache line, replay notes): the rest is in results.jsonl.
-_FACT_META = ("pillar", "not_replayed", "cache_status", "cache_authenticated")
+_FACT_META = ("pillar", "not_replayed", "cache_status", "cache_authenticated", "context_withheld")
 
 
 def record_facts(lean: dict[str, Any]) -> dict[str, Any]:
@@ -235,6 +235,35 @@ def _merge_thresholds(base: Any, spec: Any) -> Any:
     )
 
 
+#: How a note names what a subject did not take.
+_WITHHELD_SHOWN = {
+    "system": "system (the system prompt)",
+    "messages": "messages (the earlier turns)",
+    "tools": "tools (the tools offered)",
+}
+
+
+def _note_withheld(gate: GateOutcome, bucket: Collected) -> None:
+    """Say when scenarios gave the subject context its signature does not take: their
+    answers were made without it, so they do not measure all their scenarios ask."""
+    counts: dict[str, int] = {}
+    items = 0
+    for record in bucket.records.values():
+        withheld = ((record.get("result") or {}).get("meta") or {}).get("context_withheld")
+        if isinstance(withheld, list) and withheld:
+            items += 1
+            for name in withheld:
+                counts[str(name)] = counts.get(str(name), 0) + 1
+    if not items:
+        return
+    shown = ", ".join(f"{_WITHHELD_SHOWN.get(n, n)} in {c}" for n, c in counts.items())
+    gate.notes.append(
+        f"{items} answer(s) were made without context their scenario gives, which the "
+        f"subject does not take: {shown}; declare parameters of those names (or **kwargs) to "
+        "receive it, or those scenarios measure less than they ask"
+    )
+
+
 def _note_replay(gate: GateOutcome, bucket: Collected, replay: ReplayLog) -> None:
     """Say on the gate how much of the preset the replay covered (skips are not evidence)."""
     records = list(bucket.records.values())
@@ -292,6 +321,7 @@ class Aggregator:
         self.expected_other: set[str] = set()
         self.expected_ids: set[str] = set()
         self.reported: set[str] = set()
+        self.started = False  # an item's protocol began (its calls may have been made)
         self._id_index: dict[str, dict[str, ItemRef]] | None = None
         #: node id -> (report, facts): a quiet pass's report, slimmed at its teardown
         self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
@@ -326,10 +356,19 @@ class Aggregator:
             return  # the worker that collected it reported the problem
         self.run.note_golden_file(family, path)
 
-    def has_work(self) -> bool:
+    def has_work(self, usage_error: bool = False) -> bool:
         """Is there a run to account for? Not when collection failed and nothing ran:
-        the collection errors (file and line) are the whole story then."""
+        the collection errors (file and line) are the whole story then. Nor after a usage
+        error before any item started or any evidence was begun (a subject that cannot
+        be imported, a missing key): nothing was called, and the error says what to fix."""
         if self.run.config.option.collectonly or (self.collection_errors and not self.reported):
+            return False
+        if (
+            usage_error
+            and not self.started
+            and not self.reported
+            and all(b.recorder is None for b in self.collected.values())
+        ):
             return False
         return bool(self.collected or self.calibration or self.expected or self.expected_ids)
 
@@ -643,6 +682,7 @@ class Aggregator:
             )
             if self.run.replay is not None:
                 _note_replay(gate, bucket, self.run.replay)
+            _note_withheld(gate, bucket)
             outcome = FamilyOutcome(plan, tree, gate, bucket, pr=terms.fields)
             outcome.conditions_comparison = comparisons.get(key[:2]) if key[2] else None
             self.outcomes.append(outcome)

@@ -141,8 +141,11 @@ class AggregatorHooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Under xdist, before the workers start: the controller checks the MCP servers."""
+        """Under xdist, before the workers start: the controller checks the MCP servers and
+        that a ``--subject`` module can be found (each worker failing to import it would
+        end the run in xdist's internal error instead of the message)."""
         if session.config.pluginmanager.hasplugin("dsession") and self.state.replay is None:
+            self.state.check_subject_spec()
             self.state.probe_mcp()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -178,6 +181,9 @@ class AggregatorHooks:
             return "warned", "W", ("WARN", {"yellow": True})
         return None
 
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.aggregator.started = True
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """First, so that other plugins' hooks find the record made JSON-safe and redacted."""
@@ -196,7 +202,7 @@ class AggregatorHooks:
         if self.state.stop_reason == "no subject":
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
-        if not self.aggregator.has_work():
+        if not self.aggregator.has_work(usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR):
             return
         self.aggregator.finish(session, exitstatus)
         session.exitstatus = self.aggregator.exitstatus(session.exitstatus)

@@ -97,11 +97,18 @@ def subject_context(
     return context
 
 
-def seen_by_subject(scenario: Scenario, condition: Condition | None = None) -> dict[str, Any]:
+def seen_by_subject(
+    scenario: Scenario, condition: Condition | None = None, withheld: Sequence[str] = ()
+) -> dict[str, Any]:
     """What the subject saw besides the prompt (system prompt, earlier turns, tools offered),
-    so a judge can grade tool use and multi-turn answers."""
+    so a judge can grade tool use and multi-turn answers; not what it was *withheld* (its
+    signature does not take it): the judge is not told it saw what it never did."""
     ctx = subject_context(scenario, condition)
-    return {"system": ctx["system"], "turns": ctx["messages"][:-1], "tools": ctx["tools"]}
+    return {
+        "system": None if "system" in withheld else ctx["system"],
+        "turns": [] if "messages" in withheld else ctx["messages"][:-1],
+        "tools": [] if "tools" in withheld else ctx["tools"],
+    }
 
 
 def _leaf_meta(family: Family, article: Article, scenario: Scenario) -> dict[str, Any]:
@@ -364,9 +371,11 @@ async def run_scenario(
             "judge_prompt_path": str(family.judge_prompt_path)
             if family.judge_prompt_path
             else None,
-            **seen_by_subject(scenario, condition),
+            **seen_by_subject(scenario, condition, call.withheld),
         },
     )
+    if call.withheld:
+        meta["context_withheld"] = list(call.withheld)
     judge_costs: list[Cost] = []
 
     async def one(judge: Any, request: GradeRequest = request) -> EvalResult:

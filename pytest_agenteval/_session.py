@@ -122,6 +122,13 @@ def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
     return roots
 
 
+def _unknown_subject(spec: str) -> str:
+    return (
+        f"--subject {spec!r}: expected module:callable (such as my_agent:answer), "
+        "openai:MODEL, anthropic:MODEL or cmd:COMMAND"
+    )
+
+
 @dataclass(frozen=True)
 class ItemRef:
     """What the controller must know of a collected item to account for it."""
@@ -575,10 +582,28 @@ class AgentevalState:
             spec = str(self.subject_spec)
             subject = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
             if subject is None:
-                raise pytest.UsageError(f"--subject {spec!r}: no subject of that kind")
+                raise pytest.UsageError(_unknown_subject(spec))
             self._subject, self._subject_name = subject, spec
             self.subject_shared = True
         return self._subject
+
+    def check_subject_spec(self) -> None:
+        """A ``module:callable`` subject's module can be found (not imported: that is the
+        workers' to do); a usage error now if not."""
+        spec = str(self.subject_spec or "")
+        if not spec or spec.split(":", 1)[0] in {"openai", "anthropic", "cmd"}:
+            return
+        hook = self.config.hook.pytest_agenteval_make_subject
+        if len(hook.get_hookimpls()) > 1:
+            return  # another plugin makes subjects: its kinds are not ours to judge here
+        if ":" not in spec:  # no kind and no module: our hook refuses it too
+            raise pytest.UsageError(_unknown_subject(spec))
+        from .subjects._base import find_subject_module
+
+        try:
+            find_subject_module(spec, Path(self.config.invocation_params.dir), self.config.rootpath)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def note_subject_fixture(self, *, scope: str, where: str) -> None:
         """Called when pytest sets up the ``agenteval_subject`` fixture: where it comes from.

@@ -2,8 +2,8 @@
 
 A subject or fixture that raises should read like a test failure in the
 user's own code: the exception, then the frames of their files (at most a
-few, innermost last). Frames inside pytest, pluggy, asyncio, threading and
-this package are left out; if nothing else is left, the innermost frames
+few, innermost last). Frames inside pytest, pluggy, asyncio, threading,
+importlib and this package are left out; if nothing else is left, the innermost frames
 are shown as they are, so a bug of ours is never hidden.
 """
 
@@ -13,7 +13,16 @@ import traceback
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_HIDDEN_PARTS = ("_pytest", "pluggy", "asyncio", "concurrent", "threading.py", "execnet", "xdist")
+_HIDDEN_PARTS = (
+    "_pytest",
+    "pluggy",
+    "asyncio",
+    "concurrent",
+    "threading.py",
+    "execnet",
+    "xdist",
+    "importlib",  # a module that raises as it is imported: its frame, not the machinery's
+)
 MAX_FRAMES = 4
 
 

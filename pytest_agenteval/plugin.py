@@ -643,7 +643,7 @@ def pytest_agenteval_make_subject(config: pytest.Config, spec: str) -> Any | Non
         from .subjects._base import load_callable
 
         try:
-            return load_callable(spec, Path(config.invocation_params.dir))
+            return load_callable(spec, Path(config.invocation_params.dir), config.rootpath)
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
     return None

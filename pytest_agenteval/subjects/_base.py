@@ -78,6 +78,9 @@ def _tool_call(call: ToolCall | Mapping[str, object]) -> ToolCall:
 class SubjectCall:
     response: Response
     latency_s: float
+    #: What the scenario gave but the subject's signature does not take (``system``,
+    #: ``messages``, ``tools``): the answer was made without it.
+    withheld: tuple[str, ...] = ()
 
 
 def _accepted(fn: Callable[..., object]) -> frozenset[str] | None:
@@ -136,7 +139,37 @@ async def call_subject(
             f"subject returned a malformed Response ({type(exc).__name__}: {exc}); tool_calls "
             "must be ToolCall objects or mappings with 'name' and 'arguments', usage a mapping"
         ) from exc
-    return SubjectCall(response, latency)
+    return SubjectCall(response, latency, withheld_context(context, accepted))
+
+
+def _given(value: object) -> bool:
+    return bool(value)
+
+
+def _earlier_turns(value: object) -> bool:
+    return isinstance(value, Sequence) and len(value) > 1  # the prompt is the last one
+
+
+#: Context that changes what a scenario measures, and when a scenario gives it.
+_MEASURED: dict[str, Callable[[object], bool]] = {
+    "system": _given,
+    "messages": _earlier_turns,
+    "tools": _given,
+}
+
+
+def withheld_context(
+    context: Mapping[str, object], accepted: frozenset[str] | None
+) -> tuple[str, ...]:
+    """The names of :data:`_MEASURED` context the scenario gives and the subject (its
+    signature: *accepted*, None for ``**kwargs``) does not take."""
+    if accepted is None:
+        return ()
+    return tuple(
+        name
+        for name, given in _MEASURED.items()
+        if name not in accepted and given(context.get(name))
+    )
 
 
 def _in_daemon_thread(
@@ -242,22 +275,81 @@ def _normalise(value: object) -> Response:
     )
 
 
-def load_callable(spec: str, search_path: Path | None = None) -> Callable[..., object]:
-    """Import ``module:attr`` (``attr`` may be dotted); errors say what to fix."""
+def _parts(spec: str) -> tuple[str, str]:
+    """``module:attr`` -> (module, attr), or a ValueError saying what is wrong with it."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"subject {spec!r}: expected module:callable")
-    added = False
-    if search_path is not None and str(search_path) not in sys.path:
-        sys.path.insert(0, str(search_path))
-        added = True
+        raise ValueError(f"subject {spec!r}: expected module:callable (such as my_agent:answer)")
+    if (
+        module_name.startswith(".")
+        or "/" in module_name
+        or "\\" in module_name
+        or (module_name.endswith(".py"))
+    ):
+        raise ValueError(
+            f"subject {spec!r}: expected a module name, not a file path (for ./my_agent.py "
+            "write my_agent:answer, run from its folder; for pkg/agent.py, pkg.agent:answer)"
+        )
+    return module_name, attr
+
+
+def find_subject_module(spec: str, *search_paths: Path) -> None:
+    """A ValueError unless ``module:attr``'s module can be found where
+    :func:`load_callable` looks (its parent packages are imported, the module is not)."""
+    import importlib.util
+
+    module_name, _ = _parts(spec)
+    added = [str(p) for p in dict.fromkeys(search_paths) if str(p) not in sys.path]
+    sys.path[:0] = added
+    try:
+        found = importlib.util.find_spec(module_name)
+    except Exception as exc:  # a parent package missing, or raising as it is imported
+        raise ValueError(f"subject {spec!r}: cannot import {module_name!r} ({exc})") from None
+    finally:
+        for path in added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(path)
+    if found is None:
+        raise ValueError(
+            f"subject {spec!r}: cannot import {module_name!r} (No module named {module_name!r})"
+        )
+    origin = found.origin
+    if origin and origin.endswith(".py"):  # its syntax too, compiled without running it
+        try:
+            compile(Path(origin).read_bytes(), origin, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            where = f"{_relative(exc.filename)}:{exc.lineno}" if exc.filename else module_name
+            raise ValueError(f"subject {spec!r}: syntax error in {where}: {exc.msg}") from None
+        except (OSError, ValueError):
+            pass  # unreadable here: the import in each worker says why
+
+
+def load_callable(spec: str, *search_paths: Path) -> Callable[..., object]:
+    """Import ``module:attr`` (``attr`` may be dotted); errors say what to fix.
+
+    The module is looked up on ``sys.path`` with *search_paths* (where pytest was
+    started, then its rootdir) in front. Whatever importing it raises (a syntax error,
+    an exception at import time) becomes a ``ValueError`` that names the file and line.
+    """
+    module_name, attr = _parts(spec)
+    added = [str(p) for p in dict.fromkeys(search_paths) if str(p) not in sys.path]
+    sys.path[:0] = added
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"subject {spec!r}: cannot import {module_name!r} ({exc})") from None
+    except SyntaxError as exc:
+        where = f"{_relative(exc.filename)}:{exc.lineno}" if exc.filename else module_name
+        raise ValueError(f"subject {spec!r}: syntax error in {where}: {exc.msg}") from None
+    except Exception as exc:  # the module raised while it was imported
+        raise ValueError(
+            f"subject {spec!r}: importing {module_name!r} raised "
+            + describe_exception(exc, Path.cwd())
+        ) from None
     finally:
-        if added:
-            sys.path.remove(str(search_path))
+        for path in added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(path)
     obj: object = module
     for part in attr.split("."):
         try:
@@ -267,6 +359,14 @@ def load_callable(spec: str, search_path: Path | None = None) -> Callable[..., o
     if not callable(obj):
         raise ValueError(f"subject {spec!r} is not callable")
     return obj
+
+
+def _relative(filename: str) -> str:
+    """*filename* relative to the working directory when it is under it."""
+    try:
+        return Path(filename).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (OSError, ValueError):
+        return filename
 
 
 def describe(subject: object) -> str:
