@@ -160,11 +160,26 @@ def _flip_byte(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def _broken(n: int) -> str:
+    return (
+        f"results.jsonl line {n}: chain broken (prev does not match line {n - 1}: line {n - 1} "
+        f"was changed, or lines were removed or inserted before line {n})"
+    )
+
+
+_BROKEN_FIRST = (
+    "results.jsonl line 1: chain broken (prev does not match the manifest header hash: the "
+    "manifest or this line was changed)"
+)
+
+
 def _assert_failed(result: VerifyResult, first: str) -> None:
     assert not result.ok, result
     assert result.problems[0] == first, result.problems
     assert result.message.startswith("FAILED "), result.message
-    assert first in result.message
+    # the headline: the first problem naming a line of results.jsonl, else the first one
+    lines = [p for p in result.problems if p.startswith("results.jsonl line ")]
+    assert (lines[0] if lines else first) in result.message
 
 
 # --------------------------------------------------------------------------
@@ -585,7 +600,7 @@ def test_changed_byte_in_results_is_caught(run: tuple[Path, str]) -> None:
     _flip_byte(run_dir / RESULTS_NAME, line_two_start + 10)  # inside line 2's "criteria"
     result = verify_run(run_dir)
     _assert_failed(result, "results.jsonl: SHA-256 mismatch")
-    assert "results.jsonl line 3: chain broken (prev does not match line 2)" in result.problems
+    assert _broken(3) in result.problems
 
 
 def test_changed_byte_in_results_is_caught_even_when_resealed(run: tuple[Path, str]) -> None:
@@ -596,9 +611,7 @@ def test_changed_byte_in_results_is_caught_even_when_resealed(run: tuple[Path, s
     lines[1] = canonical_json(record)
     _write_lines(run_dir, lines)
     _reseal(run_dir)
-    _assert_failed(
-        verify_run(run_dir), "results.jsonl line 3: chain broken (prev does not match line 2)"
-    )
+    _assert_failed(verify_run(run_dir), _broken(3))
 
 
 def test_changed_byte_in_manifest_is_caught(run: tuple[Path, str]) -> None:
@@ -607,10 +620,7 @@ def test_changed_byte_in_manifest_is_caught(run: tuple[Path, str]) -> None:
     _flip_byte(run_dir / MANIFEST_NAME, manifest.index(b'"demo"') + 2)
     result = verify_run(run_dir)
     _assert_failed(result, "manifest.json: SHA-256 mismatch")
-    assert (
-        "results.jsonl line 1: chain broken (prev does not match the manifest header hash)"
-        in result.problems
-    )
+    assert _BROKEN_FIRST in result.problems
 
 
 def test_changed_byte_in_other_file_is_caught(run: tuple[Path, str]) -> None:
@@ -654,10 +664,7 @@ def test_reordered_lines_are_caught(run: tuple[Path, str]) -> None:
     _write_lines(run_dir, lines)
     result = verify_run(run_dir)
     _assert_failed(result, "results.jsonl: SHA-256 mismatch")
-    assert result.problems[1:4] == [
-        f"results.jsonl line {n}: chain broken (prev does not match line {n - 1})"
-        for n in (2, 3, 4)
-    ]
+    assert result.problems[1:4] == [_broken(n) for n in (2, 3, 4)]
 
 
 def test_naive_tail_cut_is_caught(run: tuple[Path, str]) -> None:
@@ -712,7 +719,7 @@ def test_edited_manifest_header_breaks_genesis(run: tuple[Path, str]) -> None:
     _reseal(run_dir)
     _assert_failed(
         verify_run(run_dir),
-        "results.jsonl line 1: chain broken (prev does not match the manifest header hash)",
+        _BROKEN_FIRST,
     )
 
 
@@ -893,9 +900,7 @@ def test_tampered_unsealed_run_is_still_caught_by_the_chain(tmp_path: Path) -> N
     lines = _lines(run_dir)
     lines[0] = lines[0].replace(b'"id":0', b'"id":9')
     _write_lines(run_dir, lines)
-    _assert_failed(
-        verify_run(run_dir), "results.jsonl line 2: chain broken (prev does not match line 1)"
-    )
+    _assert_failed(verify_run(run_dir), _broken(2))
 
 
 def test_context_manager_marks_an_exception_as_interrupted(tmp_path: Path) -> None:

@@ -1559,7 +1559,10 @@ def _result(
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         label = "ERROR" if found.io_error else "FAILED"
-        message = f"{label} {run_dir}: {problems[0]}{more}"
+        # the headline names a line where one does: "results.jsonl line 4: chain broken"
+        # says more than the file's digest mismatch that comes with it
+        first = next((p for p in problems if p.startswith(f"{RESULTS_NAME} line ")), problems[0])
+        message = f"{label} {run_dir}: {first}{more}"
     elif complete:
         message = f"OK {run_dir}: {records}, head {chain.head}"
     else:
@@ -1927,8 +1930,15 @@ def _parse_line(
     if not isinstance(prev, str):
         return record, f"missing {PREV_KEY!r} hash"
     if expected_prev is not None and prev != expected_prev:
-        target = "the manifest header hash" if lineno == 1 else f"line {lineno - 1}"
-        return record, f"chain broken (prev does not match {target})"
+        if lineno == 1:
+            return record, (
+                "chain broken (prev does not match the manifest header hash: the manifest "
+                "or this line was changed)"
+            )
+        return record, (
+            f"chain broken (prev does not match line {lineno - 1}: line {lineno - 1} was "
+            f"changed, or lines were removed or inserted before line {lineno})"
+        )
     return record, None
 
 
