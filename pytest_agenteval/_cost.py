@@ -154,3 +154,49 @@ class Budget:
         if cost.usd:
             with self._lock:
                 self.spent += cost.usd
+
+
+def record_usd(record: object) -> float:
+    """The total cost in dollars a record (or the facts kept of it) carries; 0 if none."""
+    cost = record.get("cost") if isinstance(record, Mapping) else None
+    total = cost.get("total") if isinstance(cost, Mapping) else None
+    usd = total.get("usd") if isinstance(total, Mapping) else None
+    return float(usd) if isinstance(usd, (int, float)) and not isinstance(usd, bool) else 0.0
+
+
+#: The key of a worker's budget in xdist's ``workerinput``.
+WORKER_BUDGET = "agenteval_budget"
+
+
+class WorkerShares:
+    """The run's budget divided across xdist workers (the controller's account of it).
+
+    Each of the first workers gets an equal share. A worker that crashes is replaced by
+    xdist; its replacement gets what the crashed one had left by the spend its reports
+    showed, not a fresh share, so restarts cannot spend the budget again (the calls the
+    crashed worker had in flight are not counted, like any call in flight at the limit).
+    """
+
+    def __init__(self, total: float | None) -> None:
+        self.total = total
+        self.budgets: dict[str, float] = {}  # worker id -> what it was given
+        self.spent: dict[str, float] = {}  # worker id -> its reported spend
+        self._left: list[float] = []  # what crashed workers had left, for replacements
+
+    def assign(self, worker: str, workers: int) -> float | None:
+        """The budget of a worker being started, one of *workers* (None: no budget)."""
+        if self.total is None:
+            return None
+        if len(self.budgets) < max(1, workers):
+            budget = self.total / max(1, workers)
+        else:
+            budget = self._left.pop(0) if self._left else 0.0
+        self.budgets[worker] = budget
+        return budget
+
+    def spend(self, worker: str, usd: float) -> None:
+        self.spent[worker] = self.spent.get(worker, 0.0) + usd
+
+    def crashed(self, worker: str) -> None:
+        if worker in self.budgets:
+            self._left.append(max(0.0, self.budgets[worker] - self.spent.get(worker, 0.0)))

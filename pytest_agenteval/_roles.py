@@ -26,6 +26,7 @@ import pytest
 
 from ._collect import ScenarioItem, no_subject
 from ._collector import QuietCollector
+from ._cost import WORKER_BUDGET, record_usd
 from ._golden_items import CalibrationItem
 from ._grader import setup_error_text
 from .evidence._chain import json_safe_record
@@ -164,6 +165,20 @@ class AggregatorHooks:
             self.aggregator.collection_errors += 1
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """A worker starting gets its share of the run's budget; a crashed one's replacement,
+        what the crashed one had left (see :class:`~pytest_agenteval._cost.WorkerShares`)."""
+        workers = int(node.workerinput.get("workercount", 1))
+        budget = self.state.worker_shares.assign(node.gateway.id, workers)
+        if budget is not None:
+            node.workerinput[WORKER_BUDGET] = budget
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        if error is not None:  # crashed: xdist may start a replacement
+            self.state.worker_shares.crashed(node.gateway.id)
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller learns which items a worker will run (to account for lost ones)."""
         self.aggregator.expect_ids(ids)
@@ -188,6 +203,11 @@ class AggregatorHooks:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """First, so that other plugins' hooks find the record made JSON-safe and redacted."""
         self.aggregator.record(report)
+        node = getattr(report, "node", None)  # a worker's report, on the controller
+        if node is not None:
+            usd = record_usd(getattr(report, "agenteval", None))
+            if usd:
+                self.state.worker_shares.spend(node.gateway.id, usd)
 
     @pytest.hookimpl(wrapper=True, specname="pytest_runtest_logreport")
     def pytest_runtest_logreport_slim(self, report: pytest.TestReport) -> Generator[None, Any, Any]:

@@ -25,7 +25,7 @@ import pytest
 from . import _settings as settings
 from ._collect import ScenarioItem
 from ._compat import is_agenteval_dir
-from ._cost import DEFAULT_RATES, Budget, parse_rates
+from ._cost import DEFAULT_RATES, WORKER_BUDGET, Budget, WorkerShares, parse_rates
 from ._family import (
     Family,
     Plan,
@@ -252,10 +252,15 @@ class AgentevalState:
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
         self.rates = {**DEFAULT_RATES, **parse_rates(list(run.rates))}
-        workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+        workerinput = getattr(config, "workerinput", {})
+        workers = int(workerinput.get("workercount", 1))
         self.max_cost = run.max_cost
         # limits of the run, not of each process: -n 4 must not send four times as many
         concurrency, budget = run.per_worker(workers)
+        if isinstance(workerinput.get(WORKER_BUDGET), (int, float)):
+            budget = float(workerinput[WORKER_BUDGET])  # the controller's share for this one
+        #: The controller's account of its workers' budgets (xdist hooks in _roles.py).
+        self.worker_shares = WorkerShares(run.max_cost)
         self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
         self.subject_shared = False
         self._markers: set[str] = set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakellm import FakeLLMServer
 
 from pytest_agenteval._cost import DEFAULT_RATES, Budget, BudgetExceeded, Cost, cost_of, parse_rates
 
@@ -86,3 +87,87 @@ def test_a_workers_budget_is_its_share_of_the_run_and_says_so() -> None:
     whole.charge(Cost(0.0003, 0, 0))
     with pytest.raises(BudgetExceeded, match=r"cost budget of \$0.0003 reached"):
         whole.check()
+
+
+def test_a_crashed_workers_replacement_gets_what_it_had_left() -> None:
+    from pytest_agenteval._cost import WorkerShares
+
+    shares = WorkerShares(10.0)
+    assert [shares.assign("gw0", 2), shares.assign("gw1", 2)] == [5.0, 5.0]
+    shares.spend("gw0", 3.0)
+    shares.crashed("gw0")
+    assert shares.assign("gw2", 2) == 2.0  # not a fresh 5.0
+    shares.spend("gw2", 2.5)  # over its share by a call in flight
+    shares.crashed("gw2")
+    assert shares.assign("gw3", 2) == 0.0
+    assert shares.assign("gw4", 2) == 0.0  # a replacement with no crash behind it: nothing
+    assert WorkerShares(None).assign("gw0", 2) is None
+
+
+CRASHING = """\
+import os, re
+
+def answer(prompt):
+    if int(re.search(r"number (\\d+)", prompt).group(1)) == 8:
+        os._exit(3)  # the worker dies; xdist starts another
+    return "An answer to: " + prompt
+"""
+
+BUDGET_SPY = """\
+def pytest_configure(config):
+    given = getattr(config, "workerinput", {}).get("agenteval_budget")
+    if given is not None:
+        with open("budgets.log", "a") as log:
+            log.write(f"{config.workerinput['workerid']} {given}\\n")
+"""
+
+
+def test_a_crashed_workers_replacement_does_not_get_a_fresh_share(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-n 2, $20 for the run ($10 a worker), each judge call $1; the worker answering
+    scenario 8 dies after grading a few: its replacement gets what it had left (by the
+    spend its reports showed), not a new $10, so restarts do not spend the budget again."""
+    import re
+
+    from fakellm import RecordedRequest, Reply
+
+    def grade(req: RecordedRequest) -> Reply:
+        found = re.search(r"## Criteria \((\d+), in this order\)", str(req.body["messages"]))
+        n = int(found.group(1)) if found else 1
+        criteria = [{"criterion": f"c{i}", "met": True, "reasoning": "ok"} for i in range(n)]
+        body = {"overall_score": 80, "criteria": criteria, "summary": "ok"}
+        return Reply.json_content(body).with_usage(1000, 0).with_delay(0.05)
+
+    fake_llm.set_handler(grade)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.openai_base_url)
+    fam = pytester.mkdir("speed")
+    (fam / "benchmark.yaml").write_text("family: speed\npillars:\n  - {key: p, weight: 1.0}\n")
+    lines = ["metadata: {article: A, pillar: p, control_id: speed.a, title: Speed}", "scenarios:"]
+    for i in range(30):
+        lines += [
+            f"  - id: s{i:04d}",
+            f"    weight: {1 / 30:.12f}",
+            f"    input: Question number {i}?",
+            "    evaluation_criteria: [Answers the question]",
+        ]
+    (fam / "a.yaml").write_text("\n".join(lines) + "\n")
+    pytester.makepyfile(agent=CRASHING)
+    pytester.makeconftest(BUDGET_SPY)
+    pytester.makeini("[pytest]\naddopts = -p no:asyncio\nagenteval_rates = m = 1000 1000\n")
+    pytester.runpytest_subprocess(
+        "speed",
+        "-n",
+        "2",
+        "--subject=agent:answer",
+        "--judge=openai:m",
+        "--agenteval-concurrency=2",
+        "--agenteval-max-cost=20",
+    )
+    given = dict(line.split() for line in (pytester.path / "budgets.log").read_text().splitlines())
+    assert given["gw0"] == given["gw1"] == "10.0"
+    replacements = {k: float(v) for k, v in given.items() if k not in ("gw0", "gw1")}
+    assert replacements, "no worker was replaced"
+    assert all(budget < 10.0 for budget in replacements.values()), replacements
+    calls = [r for r in fake_llm.requests if r.path.endswith("/chat/completions")]
+    assert len(calls) <= 20 + 1  # the budget once, and a call in flight at the crash
