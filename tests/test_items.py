@@ -667,3 +667,17 @@ def test_the_judge_is_not_told_a_subject_saw_context_it_did_not_take(
             if "Are you a human?" in json.dumps(r.body)
         ]
         assert asked and all(("You are Sophie" in a) is shown for a in asked), subject
+
+
+def test_controls_left_out_of_the_preset_are_counted_in_the_summary(
+    pytester: pytest.Pytester,
+) -> None:
+    """An article added to a family runs only once a preset names it: the summary says how
+    many controls the preset left out, so a new file is not silently never run."""
+    make_demo(pytester)
+    smoke = pytester.runpytest("--bench=demo")
+    smoke.stdout.fnmatch_lines(
+        ["preset smoke: 2 of the family's 3 controls; the other 1 are not run*"]
+    )
+    everything = pytester.runpytest("--bench=demo", "--preset=standard")
+    assert "of the family's" not in everything.stdout.str()

@@ -84,6 +84,13 @@ def write_summary(
         cond = f" · condition {outcome.bucket.condition}" if outcome.bucket.condition else ""
         tr.write_sep("=", f"agenteval: {plan.family.name} · preset {plan.preset}{cond}")
         tr.write_line(f"subject: {outcome.bucket.subject}    judge: {judge_label}")
+        chosen, every = len(plan.controls), len(plan.family.articles)
+        if chosen < every:  # an article added to the family runs only once a preset names it
+            tr.write_line(
+                f"preset {plan.preset}: {chosen} of the family's {every} controls; "
+                f"the other {every - chosen} are not run (a preset that names them runs them; "
+                "so does an article's file given as the path)"
+            )
         if tree is None:
             tr.write_line("nothing was graded")
         else:
