@@ -63,6 +63,7 @@ __all__ = [
     "Reply",
     "ToolCall",
     "fake_llm_fixture",
+    "in_flight_counter",
 ]
 
 Provider = Literal["openai", "anthropic"]
@@ -278,6 +279,24 @@ class Reply:
 
 
 Handler = Callable[["RecordedRequest"], Reply]
+
+
+def in_flight_counter(handler: Handler, delay: float) -> tuple[Handler, dict[str, int]]:
+    """*handler* answering after *delay*; the dict counts the requests in flight ("now")
+    and the most that overlapped ("max")."""
+    state = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def handle(req: RecordedRequest) -> Reply:
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(delay)
+        with lock:
+            state["now"] -= 1
+        return handler(req)
+
+    return handle, state
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from demo_family import make_demo
-from fakellm import FakeLLMServer, RecordedRequest, Reply
+from fakellm import FakeLLMServer, RecordedRequest, Reply, in_flight_counter
 
 from pytest_agenteval.evidence._chain import verify_run
 from pytest_agenteval.judges._batch import PRICE_FACTOR, grade_cost
@@ -559,24 +559,10 @@ def test_a_live_calibration_run_stops_calling_once_the_budget_is_spent(
 def test_a_live_calibration_run_keeps_the_concurrency_limit(
     golden: pytest.Pytester, env: FakeLLMServer
 ) -> None:
-    import threading
-    import time
-
-    lock = threading.Lock()
-    seen = {"now": 0, "most": 0}
-
-    def handler(req: RecordedRequest) -> Reply:
-        with lock:
-            seen["now"] += 1
-            seen["most"] = max(seen["most"], seen["now"])
-        time.sleep(0.05)
-        with lock:
-            seen["now"] -= 1
-        return grader(req)
-
+    handler, seen = in_flight_counter(grader, 0.05)
     env.set_handler(handler)
     judges = ["--judge=openai:gpt-4o-mini", "--judge=openai:gpt-4.1-mini", "--judge=openai:gpt-4o"]
     result = golden.runpytest("-m", "calibration", *judges, "--agenteval-concurrency=2")
     result.assert_outcomes(passed=6)
     assert len(live_calls(env)) == 18
-    assert seen["most"] == 2
+    assert seen["max"] == 2

@@ -21,6 +21,7 @@ from fakellm import (  # noqa: F401  (fake_llm_fixture registers the `fake_llm` 
     Reply,
     ToolCall,
     fake_llm_fixture,
+    in_flight_counter,
 )
 
 if TYPE_CHECKING:  # the lowest supported SDKs lack some of these names at run time
@@ -495,23 +496,15 @@ def test_stop_closes_idle_keepalive_connections() -> None:
 # --------------------------------------------------------------------------- concurrency
 
 
+def _echo(req: RecordedRequest) -> Reply:
+    body = req.body
+    text = body["messages"][0]["content"] if "messages" in body else "ok"
+    return Reply.content(text if isinstance(text, str) else "ok")
+
+
 def _in_flight_counter(delay: float) -> tuple[Callable[[RecordedRequest], Reply], dict[str, int]]:
     """A handler that answers after *delay* and records how many requests overlapped."""
-    state = {"now": 0, "max": 0}
-    lock = threading.Lock()
-
-    def handle(req: RecordedRequest) -> Reply:
-        with lock:
-            state["now"] += 1
-            state["max"] = max(state["max"], state["now"])
-        time.sleep(delay)
-        with lock:
-            state["now"] -= 1
-        body = req.body
-        text = body["messages"][0]["content"] if "messages" in body else "ok"
-        return Reply.content(text if isinstance(text, str) else "ok")
-
-    return handle, state
+    return in_flight_counter(_echo, delay)
 
 
 def test_concurrent_calls_are_served_in_parallel(fake_llm: FakeLLMServer) -> None:
