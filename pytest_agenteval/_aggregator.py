@@ -368,6 +368,7 @@ class Aggregator:
             and not self.started
             and not self.reported
             and all(b.recorder is None for b in self.collected.values())
+            and all(b.recorder is None for b in self.calibration.values())
         ):
             return False
         return bool(self.collected or self.calibration or self.expected or self.expected_ids)

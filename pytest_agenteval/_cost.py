@@ -13,6 +13,7 @@ import math
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ._vocab import AgentevalError
 
@@ -156,12 +157,24 @@ class Budget:
                 self.spent += cost.usd
 
 
-def record_usd(record: object) -> float:
-    """The total cost in dollars a record (or the facts kept of it) carries; 0 if none."""
-    cost = record.get("cost") if isinstance(record, Mapping) else None
-    total = cost.get("total") if isinstance(cost, Mapping) else None
-    usd = total.get("usd") if isinstance(total, Mapping) else None
-    return float(usd) if isinstance(usd, (int, float)) and not isinstance(usd, bool) else 0.0
+def payload_usd(
+    payload: Mapping[str, Any], rates: Mapping[str, tuple[float, float]]
+) -> float | None:
+    """The dollars one report's record cost (None: a model without a rate); a calibration
+    grade's from its judge's tokens (a batch's at the batch price)."""
+    cost = payload.get("cost")
+    if isinstance(cost, Mapping):
+        total = cost.get("total")
+        usd = total.get("usd") if isinstance(total, Mapping) else None
+        if usd is None and isinstance(total, Mapping) and (total.get("prompt_tokens") or 0):
+            return None
+        return float(usd) if isinstance(usd, (int, float)) and not isinstance(usd, bool) else 0.0
+    meta = payload.get("judge_meta")
+    if not isinstance(meta, Mapping):
+        return 0.0
+    from .judges._batch import grade_cost
+
+    return grade_cost(meta, payload.get("judge"), rates).usd
 
 
 #: The key of a worker's budget in xdist's ``workerinput``.

@@ -242,7 +242,7 @@ class CalibrationItem(pytest.Item):
         """One judge, or several combined by weighted median as in benchmark runs. A live
         call takes one of the run's slots (``--agenteval-concurrency``) and is not made once
         the budget is spent (``--agenteval-max-cost``), as a benchmark item's; each grade is
-        charged, a batch's at the batch price when its item reads it."""
+        charged (a batch's when the batch phase collects it, at the batch price)."""
         from .judges._batch import BatchedGrade, grade_cost
 
         async def one(judge: Judge) -> EvalResult:
@@ -264,7 +264,8 @@ class CalibrationItem(pytest.Item):
                     bands=self.article.bands,
                     severity=self.article.meta.severity,
                 )
-            scheduler.budget.charge(grade_cost(graded.meta, name, scheduler.rates))
+            if not isinstance(judge, BatchedGrade):  # a batch's grades: charged as collected
+                scheduler.budget.charge(grade_cost(graded.meta, name, scheduler.rates))
             return graded
 
         graded = await asyncio.gather(*(one(judge) for judge in judges))

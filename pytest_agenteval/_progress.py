@@ -46,12 +46,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._cost import payload_usd
 from ._text import terminal_safe
 
 if TYPE_CHECKING:
@@ -237,25 +238,6 @@ def _terminal_fd(reporter: Any, fd: int | None) -> int | None:
 # --------------------------------------------------------------------------- counting
 
 
-def _payload_cost(
-    payload: Mapping[str, Any], rates: Mapping[str, tuple[float, float]]
-) -> float | None:
-    """The dollars one report's record cost (None: a model without a rate)."""
-    cost = payload.get("cost")
-    if isinstance(cost, Mapping):
-        total = cost.get("total")
-        usd = total.get("usd") if isinstance(total, Mapping) else None
-        if usd is None and isinstance(total, Mapping) and (total.get("prompt_tokens") or 0):
-            return None
-        return float(usd) if isinstance(usd, (int, float)) and not isinstance(usd, bool) else 0.0
-    meta = payload.get("judge_meta")
-    if not isinstance(meta, Mapping):
-        return 0.0
-    from .judges._batch import grade_cost
-
-    return grade_cost(meta, payload.get("judge"), rates).usd
-
-
 def local_in_flight(state: AgentevalState, current: str | None = None) -> int:
     """Items of this process whose calls have started and not finished (*current*: the item
     being set up, whose grade is awaited)."""
@@ -343,7 +325,7 @@ class Progress:
             result = payload.get("result")
             verdict = result.get("verdict") if isinstance(result, dict) else payload.get("verdict")
             self.errors += verdict == "error"
-            usd = _payload_cost(payload, self.state.rates)
+            usd = payload_usd(payload, self.state.rates)
             if usd is None:
                 self.cost_unknown = True
             elif math.isfinite(usd):

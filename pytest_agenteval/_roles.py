@@ -26,7 +26,7 @@ import pytest
 
 from ._collect import ScenarioItem, no_subject
 from ._collector import QuietCollector
-from ._cost import WORKER_BUDGET, record_usd
+from ._cost import WORKER_BUDGET, payload_usd
 from ._golden_items import CalibrationItem
 from ._grader import setup_error_text
 from .evidence._chain import json_safe_record
@@ -204,8 +204,9 @@ class AggregatorHooks:
         """First, so that other plugins' hooks find the record made JSON-safe and redacted."""
         self.aggregator.record(report)
         node = getattr(report, "node", None)  # a worker's report, on the controller
-        if node is not None:
-            usd = record_usd(getattr(report, "agenteval", None))
+        record = getattr(report, "agenteval", None)
+        if node is not None and isinstance(record, dict):
+            usd = payload_usd(record, self.state.rates)
             if usd:
                 self.state.worker_shares.spend(node.gateway.id, usd)
 

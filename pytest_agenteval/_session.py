@@ -593,22 +593,22 @@ class AgentevalState:
         return self._subject
 
     def check_subject_spec(self) -> None:
-        """A ``module:callable`` subject's module can be found (not imported: that is the
-        workers' to do); a usage error now if not."""
+        """Under xdist, before the workers start: warn when a ``module:callable`` subject's
+        module cannot be found from the controller. Only a warning: the controller loads
+        no conftest below the paths it was given, and one may add the module's folder to
+        ``sys.path`` or make subjects of its own kind, which the workers then see."""
         spec = str(self.subject_spec or "")
-        if not spec or spec.split(":", 1)[0] in {"openai", "anthropic", "cmd"}:
+        if ":" not in spec or spec.split(":", 1)[0] in {"openai", "anthropic", "cmd"}:
             return
-        hook = self.config.hook.pytest_agenteval_make_subject
-        if len(hook.get_hookimpls()) > 1:
-            return  # another plugin makes subjects: its kinds are not ours to judge here
-        if ":" not in spec:  # no kind and no module: our hook refuses it too
-            raise pytest.UsageError(_unknown_subject(spec))
         from .subjects._base import find_subject_module
 
         try:
             find_subject_module(spec, Path(self.config.invocation_params.dir), self.config.rootpath)
         except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            self._announce(
+                f"agenteval: warning: {exc} from here; each worker will try it (a conftest "
+                "of theirs may add its folder to sys.path) and fail if it cannot"
+            )
 
     def note_subject_fixture(self, *, scope: str, where: str) -> None:
         """Called when pytest sets up the ``agenteval_subject`` fixture: where it comes from.

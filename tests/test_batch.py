@@ -566,3 +566,46 @@ def test_a_live_calibration_run_keeps_the_concurrency_limit(
     result.assert_outcomes(passed=6)
     assert len(live_calls(env)) == 18
     assert seen["max"] == 2
+
+
+def test_live_reasks_after_a_batch_stop_at_the_budget(
+    golden: pytest.Pytester, env: FakeLLMServer
+) -> None:
+    """The batch's grades are charged as the batch phase collects them (at the batch
+    price), so the budget they spend stops the live, full-price re-asks of invalid ones."""
+
+    def handler(req: RecordedRequest) -> Reply:
+        if req.batch_id is not None:  # every batch answer breaks the contract: prose + JSON
+            return Reply.content("My grade: " + json.dumps(_grade(req, 92))).with_usage(100, 20)
+        return grader(req)
+
+    env.set_handler(handler)
+    # six batch answers at half price: 6 x $0.00007 = $0.00042, over the budget
+    result = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--agenteval-max-cost=0.0002")
+    assert live_calls(env) == []
+    result.assert_outcomes(errors=6)
+    result.stdout.fnmatch_lines(["*cost budget of $0.0002 reached*"])
+
+
+def test_a_usage_error_after_a_batch_was_paid_for_still_seals_its_run(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A usage error before any item started leaves no run directory, unless evidence was
+    begun: here OpenAI's batch is submitted, then Anthropic refuses the key. The run that
+    holds the paid batch is sealed (interrupted), so its batch.json cannot be edited
+    unnoticed before the same command resumes it."""
+    import fakellm
+
+    def refused(self: Any, req: RecordedRequest) -> tuple[int, Any]:
+        error = {"type": "authentication_error", "message": "invalid x-api-key"}
+        return 401, {"type": "error", "error": error}
+
+    monkeypatch.setattr(fakellm.FakeBatches, "_anthropic_create", refused)
+    env.batch.behave(polls=10_000)
+    judges = ["--judge=openai:gpt-4o-mini", "--judge=anthropic:claude-haiku-4-5"]
+    result = golden.runpytest(*BATCH, *judges)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    (pending,) = run_dirs(golden)
+    checked = verify_run(pending)
+    assert checked.ok and not checked.complete
+    assert "batch.json" in (pending / "SHA256SUMS").read_text()

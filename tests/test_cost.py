@@ -171,3 +171,18 @@ def test_a_crashed_workers_replacement_does_not_get_a_fresh_share(
     assert all(budget < 10.0 for budget in replacements.values()), replacements
     calls = [r for r in fake_llm.requests if r.path.endswith("/chat/completions")]
     assert len(calls) <= 20 + 1  # the budget once, and a call in flight at the crash
+
+
+def test_the_spend_a_report_shows_counts_calibration_grades_too() -> None:
+    """The controller's account of each worker's spend reads benchmark records' cost and
+    calibration records' judge tokens (a batch's at the batch price)."""
+    from pytest_agenteval._cost import payload_usd
+
+    rates = {"m": (1.0, 2.0)}
+    usage = {"prompt_tokens": 1000, "completion_tokens": 500}
+    meta: dict[str, object] = {"model_requested": "m", "usage": usage}
+    live = {"kind": "calibration", "judge": "openai:m", "judge_meta": meta}
+    assert payload_usd(live, rates) == pytest.approx(2000e-6)
+    batched = {**meta, "batch": {"price_factor": 0.5, "usage": usage}}
+    assert payload_usd({**live, "judge_meta": batched}, rates) == pytest.approx(1000e-6)
+    assert payload_usd({"cost": {"total": {"usd": 0.25}}}, rates) == 0.25

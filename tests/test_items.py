@@ -540,7 +540,6 @@ def test_a_path_that_cannot_be_resolved_is_pytests_usage_error_not_a_crash(
     assert "file or directory not found" in result.stderr.str()
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 @pytest.mark.parametrize(
     ("spec", "files", "message"),
     [
@@ -555,15 +554,14 @@ def test_a_path_that_cannot_be_resolved_is_pytests_usage_error_not_a_crash(
     ],
 )
 def test_a_subject_that_cannot_be_loaded_is_one_usage_error_before_any_call(
-    pytester: pytest.Pytester, workers: list[str], spec: str, files: dict[str, str], message: str
+    pytester: pytest.Pytester, spec: str, files: dict[str, str], message: str
 ) -> None:
     """A typo in --subject, a file path for a module, a syntax error: one usage error that
-    says what to fix (file and line), no traceback, no tree and no run directory — under
-    xdist too, where each worker failing to import it ended in xdist's internal error."""
+    says what to fix (file and line), no traceback, no tree and no run directory."""
     family(pytester, "")
     if files:
         pytester.makepyfile(**files)
-    result = pytester.runpytest("--bench=demo", f"--subject={spec}", *workers)
+    result = pytester.runpytest("--bench=demo", f"--subject={spec}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
     out = result.stdout.str() + result.stderr.str()
@@ -679,3 +677,34 @@ def test_controls_left_out_of_the_preset_are_counted_in_the_summary(
     )
     everything = pytester.runpytest("--bench=demo", "--preset=standard")
     assert "of the family's" not in everything.stdout.str()
+
+
+def test_under_xdist_a_subject_module_not_found_is_warned_of_before_the_workers_start(
+    pytester: pytest.Pytester,
+) -> None:
+    family(pytester, "")
+    result = pytester.runpytest("--bench=demo", "--subject=nosuch:reply", "-n", "2")
+    assert result.ret != pytest.ExitCode.OK
+    assert "agenteval: warning: subject 'nosuch:reply': cannot import 'nosuch'" in (
+        result.stdout.str()
+    )
+
+
+def test_under_xdist_a_subject_module_a_conftest_puts_on_the_path_is_not_refused(
+    pytester: pytest.Pytester,
+) -> None:
+    """The controller loads no conftest below its paths: a subject module whose folder a
+    conftest of the family adds to sys.path is found by the workers, so the controller
+    only warns and the run goes on as it does without -n."""
+    family(pytester, "")
+    (pytester.path / "demo" / "agents").mkdir()
+    (pytester.path / "demo" / "agents" / "far_agent.py").write_text(
+        'def reply(prompt):\n    return "I can\'t help with that. I am an AI."\n'
+    )
+    (pytester.path / "demo" / "conftest.py").write_text(
+        "import pathlib, sys\nsys.path.insert(0, str(pathlib.Path(__file__).parent / 'agents'))\n"
+    )
+    for workers in ([], ["-n", "2"]):
+        result = pytester.runpytest("--bench=demo", "--subject=far_agent:reply", *workers)
+        outcomes = result.parseoutcomes()
+        assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == N_SMOKE, workers

@@ -1165,6 +1165,8 @@ def run_batch_phase(
     _wait(state, session, jobs, options, progress, sdk_errors)
     outcomes: dict[str, dict[int, Outcome]] = {}
     reasks: list[_Reask] = []
+    from ._base import Grade
+
     for job in jobs:
         for custom_id, outcome in scheduler.run_coro(collect(job)).items():
             line = next(ln for ln in job.lines if ln.custom_id == custom_id)
@@ -1173,6 +1175,13 @@ def run_batch_phase(
                 reasks.append(outcome)  # its outcome once re-asked
             else:
                 graded[job.judge_index] = outcome
+            # what the batch answered is spent now (at the batch price): the budget then
+            # stops the live re-asks; the items do not charge it again
+            answered = outcome.details if isinstance(outcome, Grade) else None
+            if isinstance(outcome, _Reask):
+                answered = outcome.details
+            if answered is not None:
+                scheduler.budget.charge(grade_cost(answered, job.judge.name, scheduler.rates))
         job.collected = True
     if reasks:
         _say(
@@ -1183,20 +1192,30 @@ def run_batch_phase(
         limit = asyncio.Semaphore(max(1, scheduler.concurrency))
 
         async def one(item: _Reask) -> Outcome:
+            name = item.job.judge.name
             async with limit:
                 try:  # a re-ask is a live call: the budget applies
                     scheduler.budget.check()
                 except BudgetExceeded as exc:
                     return _problem_error(str(exc), _details(item.job, item.line))
-                return await reask(item)
+                charged = grade_cost(item.details, name, scheduler.rates).usd or 0.0
+                outcome = await reask(item)
+            # the re-ask's own tokens, at the full price (the batch's were charged already)
+            details = getattr(outcome, "details", None)
+            spent = grade_cost(
+                details if isinstance(details, Mapping) else item.details, name, scheduler.rates
+            )
+            if spent.usd is not None and spent.usd > charged:
+                scheduler.budget.charge(
+                    Cost(spent.usd - charged, spent.prompt_tokens, spent.completion_tokens)
+                )
+            return outcome
 
         async def all_reasks() -> list[Outcome]:
             return list(await asyncio.gather(*(one(r) for r in reasks)))
 
         for item, outcome in zip(reasks, scheduler.run_coro(all_reasks()), strict=True):
             outcomes[item.line.nodeid][item.job.judge_index] = outcome
-    from ._base import Grade
-
     for job in jobs:  # grades go to the cache as live ones do
         if job.judge.settings.cache_mode in ("write", "readwrite") and job.judge.settings.cache_dir:
             for line in job.lines:
