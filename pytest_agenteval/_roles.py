@@ -143,8 +143,7 @@ class AggregatorHooks:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Under xdist, before the workers start: the controller checks the MCP servers and
-        that a ``--subject`` module can be found (each worker failing to import it would
-        end the run in xdist's internal error instead of the message)."""
+        warns when it cannot find a ``--subject`` module (see ``check_subject_spec``)."""
         if session.config.pluginmanager.hasplugin("dsession") and self.state.replay is None:
             self.state.check_subject_spec()
             self.state.probe_mcp()

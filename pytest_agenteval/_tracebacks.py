@@ -36,7 +36,8 @@ def _hidden(filename: str) -> bool:
     return any(part in filename for part in _HIDDEN_PARTS) or filename.startswith("<")
 
 
-def _shown(filename: str, rootdir: Path | None) -> str:
+def shown_path(filename: str, rootdir: Path | None) -> str:
+    """*filename* relative to *rootdir* when it is under it, else as it is."""
     if rootdir is not None:
         try:
             return Path(filename).resolve().relative_to(rootdir.resolve()).as_posix()
@@ -52,7 +53,7 @@ def describe_exception(exc: BaseException, rootdir: Path | None = None) -> str:
     mine = [f for f in frames if not _hidden(f.filename)] or list(frames)
     lines = [head]
     for frame in mine[-MAX_FRAMES:]:
-        lines.append(f"  {_shown(frame.filename, rootdir)}:{frame.lineno} in {frame.name}")
+        lines.append(f"  {shown_path(frame.filename, rootdir)}:{frame.lineno} in {frame.name}")
         if frame.line:
             lines.append(f"    {frame.line.strip()}")
     return "\n".join(lines)

@@ -805,10 +805,10 @@ class _SafeWalker:
         cache = _plain_key_cache(self.text) if distinct else None
         if cache is not None and keys in cache:
             return True
-        if not (
-            not _SURROGATE.search("".join(keys))
-            and (distinct or len(set(keys)) == len(keys))  # items() may repeat
-            and (self.text is None or [self.text(k) for k in keys] == list(keys))
+        if (
+            _SURROGATE.search("".join(keys))
+            or not (distinct or len(set(keys)) == len(keys))  # items() may repeat
+            or (self.text is not None and [self.text(k) for k in keys] != list(keys))
         ):
             return False
         small = len(keys) <= _PLAIN_KEYS_MAX_KEYS and sum(map(len, keys)) <= _PLAIN_KEYS_MAX_CHARS

@@ -1177,11 +1177,10 @@ def run_batch_phase(
                 graded[job.judge_index] = outcome
             # what the batch answered is spent now (at the batch price): the budget then
             # stops the live re-asks; the items do not charge it again
-            answered = outcome.details if isinstance(outcome, Grade) else None
-            if isinstance(outcome, _Reask):
-                answered = outcome.details
-            if answered is not None:
-                scheduler.budget.charge(grade_cost(answered, job.judge.name, scheduler.rates))
+            if isinstance(outcome, (Grade, _Reask)):
+                scheduler.budget.charge(
+                    grade_cost(outcome.details, job.judge.name, scheduler.rates)
+                )
         job.collected = True
     if reasks:
         _say(

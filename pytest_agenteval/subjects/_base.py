@@ -25,13 +25,13 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from .._checks import Answer, ToolCall
-from .._tracebacks import describe_exception
+from .._tracebacks import describe_exception, shown_path
 from .._vocab import SubjectError
 
 __all__ = ["Response", "Subject", "SubjectError", "call_subject", "load_callable"]
@@ -142,19 +142,15 @@ async def call_subject(
     return SubjectCall(response, latency, withheld_context(context, accepted))
 
 
-def _given(value: object) -> bool:
-    return bool(value)
-
-
 def _earlier_turns(value: object) -> bool:
     return isinstance(value, Sequence) and len(value) > 1  # the prompt is the last one
 
 
 #: Context that changes what a scenario measures, and when a scenario gives it.
 _MEASURED: dict[str, Callable[[object], bool]] = {
-    "system": _given,
+    "system": bool,
     "messages": _earlier_turns,
-    "tools": _given,
+    "tools": bool,
 }
 
 
@@ -284,7 +280,7 @@ def _parts(spec: str) -> tuple[str, str]:
         module_name.startswith(".")
         or "/" in module_name
         or "\\" in module_name
-        or (module_name.endswith(".py"))
+        or module_name.endswith(".py")
     ):
         raise ValueError(
             f"subject {spec!r}: expected a module name, not a file path (for ./my_agent.py "
@@ -293,22 +289,35 @@ def _parts(spec: str) -> tuple[str, str]:
     return module_name, attr
 
 
+@contextlib.contextmanager
+def _searching(search_paths: Sequence[Path]) -> Iterator[None]:
+    """*search_paths* in front of ``sys.path`` for the duration (those not on it yet)."""
+    added = [str(p) for p in dict.fromkeys(search_paths) if str(p) not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for path in added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(path)
+
+
+def _syntax_error(spec: str, module_name: str, exc: SyntaxError) -> ValueError:
+    where = f"{shown_path(exc.filename, Path.cwd())}:{exc.lineno}" if exc.filename else module_name
+    return ValueError(f"subject {spec!r}: syntax error in {where}: {exc.msg}")
+
+
 def find_subject_module(spec: str, *search_paths: Path) -> None:
     """A ValueError unless ``module:attr``'s module can be found where
     :func:`load_callable` looks (its parent packages are imported, the module is not)."""
     import importlib.util
 
     module_name, _ = _parts(spec)
-    added = [str(p) for p in dict.fromkeys(search_paths) if str(p) not in sys.path]
-    sys.path[:0] = added
-    try:
-        found = importlib.util.find_spec(module_name)
-    except Exception as exc:  # a parent package missing, or raising as it is imported
-        raise ValueError(f"subject {spec!r}: cannot import {module_name!r} ({exc})") from None
-    finally:
-        for path in added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(path)
+    with _searching(search_paths):
+        try:
+            found = importlib.util.find_spec(module_name)
+        except Exception as exc:  # a parent package missing, or raising as it is imported
+            raise ValueError(f"subject {spec!r}: cannot import {module_name!r} ({exc})") from None
     if found is None:
         raise ValueError(
             f"subject {spec!r}: cannot import {module_name!r} (No module named {module_name!r})"
@@ -318,8 +327,7 @@ def find_subject_module(spec: str, *search_paths: Path) -> None:
         try:
             compile(Path(origin).read_bytes(), origin, "exec", dont_inherit=True)
         except SyntaxError as exc:
-            where = f"{_relative(exc.filename)}:{exc.lineno}" if exc.filename else module_name
-            raise ValueError(f"subject {spec!r}: syntax error in {where}: {exc.msg}") from None
+            raise _syntax_error(spec, module_name, exc) from None
         except (OSError, ValueError):
             pass  # unreadable here: the import in each worker says why
 
@@ -332,24 +340,18 @@ def load_callable(spec: str, *search_paths: Path) -> Callable[..., object]:
     an exception at import time) becomes a ``ValueError`` that names the file and line.
     """
     module_name, attr = _parts(spec)
-    added = [str(p) for p in dict.fromkeys(search_paths) if str(p) not in sys.path]
-    sys.path[:0] = added
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"subject {spec!r}: cannot import {module_name!r} ({exc})") from None
-    except SyntaxError as exc:
-        where = f"{_relative(exc.filename)}:{exc.lineno}" if exc.filename else module_name
-        raise ValueError(f"subject {spec!r}: syntax error in {where}: {exc.msg}") from None
-    except Exception as exc:  # the module raised while it was imported
-        raise ValueError(
-            f"subject {spec!r}: importing {module_name!r} raised "
-            + describe_exception(exc, Path.cwd())
-        ) from None
-    finally:
-        for path in added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(path)
+    with _searching(search_paths):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ValueError(f"subject {spec!r}: cannot import {module_name!r} ({exc})") from None
+        except SyntaxError as exc:
+            raise _syntax_error(spec, module_name, exc) from None
+        except Exception as exc:  # the module raised while it was imported
+            raise ValueError(
+                f"subject {spec!r}: importing {module_name!r} raised "
+                + describe_exception(exc, Path.cwd())
+            ) from None
     obj: object = module
     for part in attr.split("."):
         try:
@@ -359,14 +361,6 @@ def load_callable(spec: str, *search_paths: Path) -> Callable[..., object]:
     if not callable(obj):
         raise ValueError(f"subject {spec!r} is not callable")
     return obj
-
-
-def _relative(filename: str) -> str:
-    """*filename* relative to the working directory when it is under it."""
-    try:
-        return Path(filename).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except (OSError, ValueError):
-        return filename
 
 
 def describe(subject: object) -> str:
