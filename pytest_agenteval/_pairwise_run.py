@@ -292,7 +292,7 @@ class PairwiseRun:
                 item.scenario,
                 first="a" if item.first == "a" else "b",
                 swap=item.swap,
-                limiter=scheduler._limiter,
+                limiter=scheduler.limiter,
                 budget=scheduler.budget,
                 rates=scheduler.rates,
             )

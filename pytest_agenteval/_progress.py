@@ -1,4 +1,4 @@
-"""The progress of a long run: items graded and in flight, errors, cost, time left.
+"""The progress of a long run: items graded, calls in flight, errors, cost, time left.
 
 Modes (``--agenteval-progress``, ini ``agenteval_progress``):
 
@@ -101,7 +101,7 @@ class Snapshot:
     total: int
     errors: int
     elapsed_s: float
-    #: items whose calls are in flight; None where this process cannot know
+    #: subject and judge calls in flight; None where this process cannot know
     in_flight: int | None = None
     #: in flight is the sum of each xdist worker's last report
     in_flight_from_workers: bool = False
@@ -238,12 +238,11 @@ def _terminal_fd(reporter: Any, fd: int | None) -> int | None:
 # --------------------------------------------------------------------------- counting
 
 
-def local_in_flight(state: AgentevalState, current: str | None = None) -> int:
-    """Items of this process whose calls have started and not finished (*current*: the item
-    being set up, whose grade is awaited)."""
-    tasks = dict(state.scheduler.tasks)  # one C-level copy: safe off the main thread
-    running = sum(1 for future in tasks.values() if not future.done())
-    return running + (current is not None and current not in tasks)
+def local_in_flight(state: AgentevalState) -> int:
+    """Subject and judge calls of this process in flight: the slots of
+    ``--agenteval-concurrency`` held, never more than it (items started ahead that wait
+    for a slot, or for a subject taking one call at a time, are not in flight)."""
+    return state.scheduler.limiter.held
 
 
 class Progress:
@@ -270,7 +269,6 @@ class Progress:
         self.cost_unknown = False
         self._seen: set[str] = set()
         self._worker_in_flight: dict[str, int] = {}
-        self._current: str | None = None
         self._total_ids = -1
         self._total = 0
         self.batch: str | None = None
@@ -304,9 +302,6 @@ class Progress:
             self._total = sum(1 for i in ids if i.split("::", 1)[0].endswith(_SUFFIXES))
         return self._total
 
-    def item_started(self, nodeid: str) -> None:
-        self._current = nodeid
-
     def report(self, report: pytest.TestReport) -> None:
         """Count one report (O(1)): an item done, an error, its cost."""
         payload = getattr(report, "agenteval", None)
@@ -315,8 +310,6 @@ class Progress:
         if node is not None and isinstance(flight, int):
             worker = getattr(getattr(node, "gateway", None), "id", None) or str(id(node))
             self._worker_in_flight[str(worker)] = flight
-        if report.when == "setup" and report.nodeid == self._current:
-            self._current = None
         if report.nodeid in self._seen:
             return
         if isinstance(payload, dict):
@@ -337,12 +330,12 @@ class Progress:
             self.errors += 1
 
     def in_flight(self) -> tuple[int | None, bool]:
-        """(items in flight, summed from the xdist workers' reports?); None: not known here."""
+        """(calls in flight, summed from the xdist workers' reports?); None: not known here."""
         if self._worker_in_flight:
             return sum(self._worker_in_flight.values()), True
         if self.config.pluginmanager.hasplugin("dsession"):  # an xdist controller
             return None, False
-        return local_in_flight(self.state, self._current), False
+        return local_in_flight(self.state), False
 
     def set_batch(self, text: str | None, done: int = 0, total: int = 0) -> None:
         """During batch judging: the batch's state in words (None when it is over)."""
@@ -512,16 +505,12 @@ class ProgressPlugin:
         finally:
             progress.stop()
 
-    def pytest_runtest_logstart(self, nodeid: str) -> None:
-        if self.progress is not None:
-            self.progress.item_started(nodeid)
-
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, Any, Any]:
         report: pytest.TestReport = yield
-        # an xdist worker tells the controller how many of its items are in flight
+        # an xdist worker tells the controller how many of its calls are in flight
         if self.state.is_worker and getattr(report, "agenteval", None) is not None:
             report.agenteval_in_flight = local_in_flight(self.state)  # type: ignore[attr-defined]
         return report

@@ -36,7 +36,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._cost import Budget
 from ._run import NO_LIMIT, ScenarioRun, run_scenario
@@ -69,6 +69,25 @@ async def _guarded(coro: Coroutine[Any, Any, T]) -> T:
         raise _Interrupted(exc) from None
 
 
+class CallSlots(asyncio.Semaphore):
+    """``--agenteval-concurrency``'s semaphore, counting the slots held: the calls in
+    flight that the progress line shows (items started ahead that wait for a slot, or for
+    a subject that takes one call at a time, are not calls in flight)."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.held = 0
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        self.held += 1
+        return True
+
+    def release(self) -> None:
+        self.held -= 1
+        super().release()
+
+
 class Scheduler:
     def __init__(
         self,
@@ -81,13 +100,13 @@ class Scheduler:
         self.concurrency = max(1, concurrency)
         self.window = 2 * self.concurrency
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._limiter = asyncio.Semaphore(self.concurrency)
+        self._limiter = CallSlots(self.concurrency)
         self._subject_locks: dict[int, asyncio.Lock] = {}
         self.tasks: dict[str, asyncio.Future[ScenarioRun]] = {}
         self._idle_work: list[Callable[[], object]] = []
 
     @property
-    def limiter(self) -> asyncio.Semaphore:
+    def limiter(self) -> CallSlots:
         """The slots of the calls in flight (``--agenteval-concurrency``), for calls made
         outside :meth:`run` (calibration items)."""
         return self._limiter

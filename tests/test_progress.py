@@ -194,6 +194,23 @@ def test_plain_lines_every_tenth_with_errors_and_cost(
     result.stdout.fnmatch_lines(["*18 passed, 2 errors in*"])
 
 
+def test_in_flight_counts_calls_never_more_than_the_concurrency(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Items started ahead wait for a slot: "in flight" is the calls holding one (it used to
+    count every item started, up to twice the concurrency)."""
+    family(pytester)
+    monkeypatch.setenv("AGENT_SLEEP", "0.05")
+    result = pytester.runpytest(
+        "--bench=prog", "--agenteval-concurrency=3", "--agenteval-progress=plain"
+    )
+    result.assert_outcomes(passed=18, errors=2)
+    flights = [int(m.group(4)) for m in progress_lines(result.stdout.str())]
+    assert len(flights) == 9
+    assert max(flights) <= 3
+    assert max(flights) >= 1  # the subject calls of the items ahead are out at each boundary
+
+
 def test_auto_prints_nothing_for_a_short_run_and_off_prints_nothing(
     pytester: pytest.Pytester,
 ) -> None:
