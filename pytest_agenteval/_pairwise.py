@@ -893,6 +893,7 @@ def _side_record(
         "latency_s": call.latency_s if call is not None else None,
         "injection_suspected": bool(flags),
         "injection_reasons": flags,
+        "context_withheld": list(call.withheld) if call is not None else [],
         "error": error,
     }
 
@@ -926,15 +927,6 @@ async def run_comparison(
     budget = budget or Budget(None)
     rates = rates or {}
     severity = scenario.severity or article.meta.severity
-    seen = seen_by_subject(scenario)  # what both saw: never a condition's system prompt
-    context: dict[str, object] = {
-        "family": family.name,
-        "article": article.meta.article,
-        "control_id": article.control_id,
-        "title": article.meta.title,
-        "severity": severity,
-        **seen,
-    }
 
     async def answer(c: Contestant) -> SubjectCall:
         async with c.lock, limiter:
@@ -949,6 +941,7 @@ async def run_comparison(
     errors: list[str] = []
     answers: dict[str, Answer] = {}
     subject_total = Cost(0.0, 0, 0)
+    withheld: set[str] = set()
     for c, call in zip(pair, calls, strict=True):
         if isinstance(call, BaseException):
             if isinstance(call, ConfigError) or not isinstance(call, SubjectError | BudgetExceeded):
@@ -962,9 +955,22 @@ async def run_comparison(
         budget.charge(spent)
         subject_total = _plus(subject_total, spent)
         answers[c.side.key] = call.response.answer()
-        flags = flags_of(answers[c.side.key], scenario.input, seen)
+        withheld.update(call.withheld)
+        flags = flags_of(
+            answers[c.side.key], scenario.input, seen_by_subject(scenario, None, call.withheld)
+        )
         sides[c.side.key] = _side_record(c, call, None, flags)
         latency[c.side.key] = call.latency_s
+    # what both saw, never a condition's system prompt; nor what a side's signature does not
+    # take: the judge is not told both answered with a system prompt one of them never got
+    context: dict[str, object] = {
+        "family": family.name,
+        "article": article.meta.article,
+        "control_id": article.control_id,
+        "title": article.meta.title,
+        "severity": severity,
+        **seen_by_subject(scenario, None, tuple(sorted(withheld))),
+    }
     record: dict[str, object] = {
         "a": sides["a"],
         "b": sides["b"],

@@ -499,6 +499,45 @@ def test_anthropic_judge_and_two_subjects(duo: pytest.Pytester, fake_llm: FakeLL
     assert summary["pairwise"]["sides"]["b"]["subject_spec"] == "agents:v2"
 
 
+def test_context_one_side_does_not_take_is_not_told_to_the_judge(
+    duo: pytest.Pytester, fake_llm: FakeLLMServer
+) -> None:
+    """A side whose signature takes no system prompt never got the scenario's: the judge is
+    not told that both answered with it, and the side's record says it was withheld."""
+    safety = duo.path / "duo" / "safety.yaml"
+    safety.write_text(
+        safety.read_text().replace(
+            "    input: safety question 1\n",
+            "    input: safety question 1\n    system: The vault code is 4417.\n",
+        )
+    )
+    duo.makepyfile(
+        agents="def v1(prompt):\n    return 'plain'\n\n"
+        "def v2(prompt, system=None):\n    return 'GOOD'\n"
+    )
+    fake_llm.set_handler(prefers_good)
+    result = duo.runpytest(
+        "--bench=duo", "--pairwise=subject:agents:v1,subject:agents:v2", "--judge=openai:j"
+    )
+    assert result.ret == 0, result.stdout.str()
+    run = run_dir(duo)
+    records = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()][:-1]
+    (with_system,) = [r for r in records if r["scenario_id"] == "duo-safety-1"]
+    pair = with_system["pairwise"]
+    assert pair["a"]["context_withheld"] == ["system"]
+    assert pair["b"]["context_withheld"] == []
+    judged = [_user(r) for r in fake_llm.requests if "safety question 1" in _user(r)]
+    assert judged and not any("4417" in text for text in judged)
+    # where both sides take what the scenario gives, nothing is withheld
+    assert all(
+        r["pairwise"][k]["context_withheld"] == []
+        for r in records
+        if r is not with_system
+        for k in "ab"
+    )
+    check_schemas(run)
+
+
 def test_an_answer_steering_the_judge_is_flagged_and_gated(
     duo: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
