@@ -679,15 +679,23 @@ def test_controls_left_out_of_the_preset_are_counted_in_the_summary(
     assert "of the family's" not in everything.stdout.str()
 
 
-def test_under_xdist_a_subject_module_not_found_is_warned_of_before_the_workers_start(
+def test_under_xdist_a_subject_module_not_found_is_warned_of_then_a_collection_error(
     pytester: pytest.Pytester,
 ) -> None:
+    """The controller warns before the workers start; the workers, failing to import it,
+    report one collection error with the reason (not xdist's "no active workers"
+    INTERNALERROR, which lost it), and no run directory is left."""
     family(pytester, "")
     result = pytester.runpytest("--bench=demo", "--subject=nosuch:reply", "-n", "2")
     assert result.ret != pytest.ExitCode.OK
-    assert "agenteval: warning: subject 'nosuch:reply': cannot import 'nosuch'" in (
-        result.stdout.str()
+    out = result.stdout.str()
+    assert "agenteval: warning: subject 'nosuch:reply': cannot import 'nosuch'" in out
+    assert "INTERNALERROR" not in out + result.stderr.str()
+    result.stdout.fnmatch_lines(
+        ["*ERROR collecting demo/*", "subject 'nosuch:reply': cannot import 'nosuch'*"]
     )
+    assert out.count("ERROR collecting") == 1
+    assert not (pytester.path / ".agenteval").exists()
 
 
 def test_under_xdist_a_subject_module_a_conftest_puts_on_the_path_is_not_refused(
