@@ -156,6 +156,54 @@ def test_sync_subject_calls_reuse_a_few_threads_and_a_hung_one_holds_only_its_ow
     assert len(seen) <= 8, len(seen)
 
 
+def test_idle_subject_threads_leave_after_their_idle_time_and_none_is_lost() -> None:
+    """Threads idle for ``idle_s`` leave; a job submitted as one leaves still runs (a
+    thread counted as idle is claimed, or a new one starts): over rounds with pauses
+    around the idle time, every job runs, and the threads alive stay bounded."""
+    import threading
+    import time
+
+    from pytest_agenteval.subjects._base import _DaemonWorkers
+
+    pool = _DaemonWorkers(idle_s=0.02)
+    done: list[int] = []
+    workers: set[int] = set()
+    lock = threading.Lock()
+
+    def job(i: int):  # type: ignore[no-untyped-def]
+        def run():  # type: ignore[no-untyped-def]
+            with lock:
+                workers.add(threading.get_ident())
+            time.sleep(0.001)
+
+            def deliver() -> None:
+                with lock:
+                    done.append(i)
+
+            return deliver
+
+        return run
+
+    def ours() -> int:  # this pool's threads alive
+        with lock:
+            return sum(t.ident in workers for t in threading.enumerate())
+
+    n = 0
+    for pause in [0.0, 0.05] + [0.018 + 0.0005 * (i % 9) for i in range(40)]:
+        for _ in range(4):
+            pool.submit(job(n))
+            n += 1
+        time.sleep(pause)
+        assert ours() <= 8
+    deadline = time.monotonic() + 10
+    while len(done) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(done) == list(range(n))
+    while ours() and time.monotonic() < deadline:  # all idle: all leave
+        time.sleep(0.01)
+    assert ours() == 0 and not pool._idle
+
+
 FREEZE_PROBE = """
 import gc, json, pathlib
 
