@@ -39,9 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_concurrency import bench_env, grade_reply, pytest_command, write_family  # noqa: E402
-from bench_scale import FLOOR  # noqa: E402
-from bench_whole_run import BARE  # noqa: E402
+from bench_concurrency import bench_env, grade_reply, pytest_command  # noqa: E402
+from bench_scale import prepare  # noqa: E402
 from fakellm import FakeLLMServer  # noqa: E402
 
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -78,11 +77,7 @@ def main() -> int:
         env = bench_env(server)
         for n in args.sizes:
             work = Path(tmp) / f"n{n}"
-            fam = write_family(work, n)
-            (work / "bare.py").write_text(BARE)
-            (work / "test_floor.py").write_text(FLOOR.format(n=n))
-            floor_cmd = [sys.executable, "-m", "pytest", "test_floor.py", "-q"]
-            floor_cmd += ["-p", "no:cacheprovider", "-p", "no:agenteval"]
+            fam, floor_cmd = prepare(work, n)
             cmds = {
                 "bare": [sys.executable, "bare.py", str(n), str(args.concurrency), str(system)],
                 "floor": floor_cmd,

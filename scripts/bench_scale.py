@@ -83,6 +83,16 @@ def test_item(i):
 """
 
 
+def prepare(work: Path, n: int) -> tuple[Path, list[str]]:
+    """In *work*: the family of *n* scenarios, the bare loop and pytest's floor of *n* empty
+    tests; returns the family and the floor's command (run in *work*)."""
+    fam = write_family(work, n)
+    (work / "bare.py").write_text(BARE)
+    (work / "test_floor.py").write_text(FLOOR.format(n=n))
+    floor_cmd = [sys.executable, "-m", "pytest", "test_floor.py", "-q"]
+    return fam, [*floor_cmd, "-p", "no:cacheprovider", "-p", "no:agenteval"]
+
+
 def _children_usage() -> tuple[float, int]:
     """CPU seconds (user + system) and context switches (voluntary + not) of the children
     waited for so far."""
@@ -139,11 +149,7 @@ def main() -> int:
         run(startup_cmd, one, env)  # untimed: the bytecode caches are written, as on any machine
         for n in args.sizes:
             work = Path(tmp) / f"n{n}"
-            fam = write_family(work, n)
-            (work / "bare.py").write_text(BARE)
-            (work / "test_floor.py").write_text(FLOOR.format(n=n))
-            floor_cmd = [sys.executable, "-m", "pytest", "test_floor.py", "-q"]
-            floor_cmd += ["-p", "no:cacheprovider", "-p", "no:agenteval"]
+            fam, floor_cmd = prepare(work, n)
             cmds = {
                 "startup": (startup_cmd, one),
                 "collect": ([*pytest_command(fam, work, 1)[:4], "--collect-only"], work),
