@@ -134,17 +134,6 @@ class ArticleCollector(pytest.Collector):
         if pairwise is not None:  # --pairwise: one comparison per scenario instead
             yield from pairwise.items(self, self.family, self.plan, self.article)
             return
-        state = _state(self)
-        if state.is_worker and state.subject_spec and state.replay is None:
-            # An xdist worker loads --subject here: a module it cannot import is then a
-            # collection error, which xdist shows (one, however many files and workers
-            # report the same text) before it stops the run. Raised later, from
-            # pytest_collection_finish as a serial run does, the worker's usage error is
-            # lost in xdist's "no active workers" INTERNALERROR.
-            try:
-                state.spec_subject()
-            except pytest.UsageError as exc:
-                raise self.CollectError(str(exc)) from None
         with gc_paused():  # a few objects per item, none of them garbage yet
             items = self._scenario_items(self.article)
         yield from items

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from ._session import AgentevalState
 
 SUBJECT_FIXTURE = "agenteval_subject"
+#: ``workeroutput`` key: the usage error that stopped an xdist worker before any item
+WORKER_REFUSED = "agenteval_refused"
 
 
 class GraderHooks:
@@ -46,6 +48,8 @@ class GraderHooks:
         self.state = state
         self.grader = grader
         self.collector = collector
+        #: an xdist worker's usage error at the end of collection (see below)
+        self.refused: str | None = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -60,7 +64,30 @@ class GraderHooks:
 
         A missing key or an unknown judge kind is then a usage error before any
         item runs, and SDK imports happen at start-up, not during the first item.
+
+        An xdist worker keeps its usage error (a ``--subject`` module that no conftest
+        made importable, say) and runs nothing: raised here, xdist loses it in a "no
+        active workers" INTERNALERROR. :meth:`pytest_runtestloop_refused` hands it to xdist as
+        the worker's reason to stop, which the controller reports (``Interrupted: ...``).
         """
+        if not self.state.is_worker:
+            self._build(session)
+            return
+        try:
+            self._build(session)
+        except pytest.UsageError as exc:
+            self.refused = str(exc)
+            # for the controller (pytest_testnodedown): a usage error, not an interrupted run
+            session.config.workeroutput[WORKER_REFUSED] = self.refused  # type: ignore[attr-defined]
+
+    @pytest.hookimpl(tryfirst=True, specname="pytest_runtestloop")
+    def pytest_runtestloop_refused(self, session: pytest.Session) -> bool | None:
+        if self.refused is None:
+            return None
+        session.shouldstop = self.refused
+        return True  # the worker's own loop never runs: no item is taken
+
+    def _build(self, session: pytest.Session) -> None:
         items = [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
         # A run of benchmark items alone: the collector is quietened while it imports the
         # SDKs and runs the items (see _collector.py), until pytest_unconfigure.
@@ -176,6 +203,9 @@ class AggregatorHooks:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         if error is not None:  # crashed: xdist may start a replacement
             self.state.worker_shares.crashed(node.gateway.id)
+        refused = getattr(node, "workeroutput", {}).get(WORKER_REFUSED)
+        if isinstance(refused, str):  # a worker's usage error (see GraderHooks)
+            self.state.stop_reason = WORKER_REFUSED
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -219,7 +249,8 @@ class AggregatorHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.state.stop_reason == "no subject":
+        if self.state.stop_reason in ("no subject", WORKER_REFUSED):
+            # a usage error (xdist printed the workers' own): no evidence to keep
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         if not self.aggregator.has_work(usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR):

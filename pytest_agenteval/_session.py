@@ -607,7 +607,7 @@ class AgentevalState:
         except ValueError as exc:
             self._announce(
                 f"agenteval: warning: {exc} from here; each worker will try it (a conftest "
-                "of theirs may add its folder to sys.path) and report a collection error if it cannot"
+                "of theirs may add its folder to sys.path) and stop the run with a usage error if it cannot"
             )
 
     def note_subject_fixture(self, *, scope: str, where: str) -> None:

@@ -679,23 +679,69 @@ def test_controls_left_out_of_the_preset_are_counted_in_the_summary(
     assert "of the family's" not in everything.stdout.str()
 
 
-def test_under_xdist_a_subject_module_not_found_is_warned_of_then_a_collection_error(
+def test_under_xdist_a_subject_module_no_worker_finds_is_a_usage_error(
     pytester: pytest.Pytester,
 ) -> None:
     """The controller warns before the workers start; the workers, failing to import it,
-    report one collection error with the reason (not xdist's "no active workers"
-    INTERNALERROR, which lost it), and no run directory is left."""
+    stop the run with their usage error as the reason, exit 4 as a serial run does (it
+    was xdist's "no active workers" INTERNALERROR, which lost the reason), and no run
+    directory is left."""
     family(pytester, "")
     result = pytester.runpytest("--bench=demo", "--subject=nosuch:reply", "-n", "2")
-    assert result.ret != pytest.ExitCode.OK
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
     out = result.stdout.str()
     assert "agenteval: warning: subject 'nosuch:reply': cannot import 'nosuch'" in out
     assert "INTERNALERROR" not in out + result.stderr.str()
-    result.stdout.fnmatch_lines(
-        ["*ERROR collecting demo/*", "subject 'nosuch:reply': cannot import 'nosuch'*"]
-    )
-    assert out.count("ERROR collecting") == 1
+    result.stdout.fnmatch_lines(["*Interrupted: subject 'nosuch:reply': cannot import 'nosuch'*"])
     assert not (pytester.path / ".agenteval").exists()
+
+
+def test_under_xdist_a_broken_subject_is_not_loaded_when_no_scenario_is_selected(
+    pytester: pytest.Pytester,
+) -> None:
+    """As in a serial run, the subject is loaded only when a scenario is left to run:
+    ``-k`` selecting a unit test alone is not refused for a subject it does not use."""
+    family(pytester, "")
+    pytester.makepyfile(test_unit="def test_ok():\n    pass\n")
+    for workers in ([], ["-n", "2"]):
+        result = pytester.runpytest(
+            "--bench=demo",
+            "--subject=nosuch:reply",
+            "-k",
+            "test_ok",
+            "demo",
+            "test_unit.py",
+            *workers,
+        )
+        assert result.ret == pytest.ExitCode.OK, (workers, result.stdout.str())
+        assert result.parseoutcomes()["passed"] == 1
+
+
+def test_under_xdist_a_subject_a_later_conftest_puts_on_the_path_is_found(
+    pytester: pytest.Pytester,
+) -> None:
+    """The workers load the subject once every conftest of the run is loaded, as a serial
+    run does: here a conftest collected after the family's folder adds the module's."""
+    family(pytester, "")
+    (pytester.path / "src").mkdir()
+    (pytester.path / "src" / "late_agent.py").write_text(
+        'def reply(prompt):\n    return "I can\'t help with that. I am an AI."\n'
+    )
+    (pytester.path / "zlib").mkdir()
+    (pytester.path / "zlib" / "conftest.py").write_text(
+        "import pathlib, sys\n"
+        "sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / 'src'))\n"
+    )
+    (pytester.path / "zlib" / "test_unit.py").write_text("def test_ok():\n    pass\n")
+    for workers in ([], ["-n", "2"]):
+        result = pytester.runpytest_subprocess(
+            "--bench=demo", "--subject=late_agent:reply", ".", *workers
+        )  # "." : zlib's conftest is loaded when its folder is collected, after demo's
+        outcomes = result.parseoutcomes()
+        assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == N_SMOKE + 1, (
+            workers,
+            result.stdout.str()[-2000:],
+        )
 
 
 def test_under_xdist_a_subject_module_a_conftest_puts_on_the_path_is_not_refused(
