@@ -149,6 +149,16 @@ def test_the_bar_draws_in_one_write_and_gives_up_when_the_terminal_is_resized() 
 
 
 @pytest.fixture
+def by_count_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No line for time passing (30 s after the last one), only every tenth of the items:
+    a loaded machine (CI) then prints the lines these tests count, however slow the run.
+    The runs are in-process, so the controller reads the patched value."""
+    import pytest_agenteval._progress as progress
+
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 1e9)
+
+
+@pytest.fixture
 def judge_env(monkeypatch: pytest.MonkeyPatch, fake_llm: FakeLLMServer) -> FakeLLMServer:
     def grade(req: RecordedRequest) -> Reply:
         text = req.body["messages"][-1]["content"]
@@ -169,7 +179,7 @@ def judge_env(monkeypatch: pytest.MonkeyPatch, fake_llm: FakeLLMServer) -> FakeL
 
 
 def test_plain_lines_every_tenth_with_errors_and_cost(
-    pytester: pytest.Pytester, judge_env: FakeLLMServer
+    pytester: pytest.Pytester, judge_env: FakeLLMServer, by_count_only: None
 ) -> None:
     family(pytester, judged=True)
     pytester.makeini(
@@ -195,7 +205,7 @@ def test_plain_lines_every_tenth_with_errors_and_cost(
 
 
 def test_in_flight_counts_calls_never_more_than_the_concurrency(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, by_count_only: None
 ) -> None:
     """Items started ahead wait for a slot: "in flight" is the calls holding one (it used to
     count every item started, up to twice the concurrency)."""
@@ -225,7 +235,9 @@ def test_auto_prints_nothing_for_a_short_run_and_off_prints_nothing(
         assert "graded" not in result.stdout.str()
 
 
-def test_under_xdist_in_flight_is_the_workers_last_reports(pytester: pytest.Pytester) -> None:
+def test_under_xdist_in_flight_is_the_workers_last_reports(
+    pytester: pytest.Pytester, by_count_only: None
+) -> None:
     family(pytester)
     result = pytester.runpytest("--bench=prog", "-n", "2", "--agenteval-progress=plain")
     result.assert_outcomes(passed=18, errors=2)
