@@ -81,7 +81,11 @@ def main() -> int:
             cmds = {
                 "bare": [sys.executable, "bare.py", str(n), str(args.concurrency), str(system)],
                 "floor": floor_cmd,
-                "pytest": pytest_command(fam, work, args.concurrency),
+                # no progress lines: slowed 50-fold, the run would print them (auto: after 10 s)
+                "pytest": [
+                    *pytest_command(fam, work, args.concurrency),
+                    "--agenteval-progress=off",
+                ],
             }
             for name, cmd in cmds.items():
                 counts[name][n] = instructions(cmd, work, env)
