@@ -249,14 +249,20 @@ class AggregatorHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.state.stop_reason in ("no subject", WORKER_REFUSED):
-            # a usage error (xdist printed the workers' own): no evidence to keep
+        if self.state.stop_reason == "no subject":
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
+        # a worker's usage error (xdist printed it): a usage error of the run, whose
+        # evidence is kept if another worker had started items meanwhile
+        refused = self.state.stop_reason == WORKER_REFUSED
+        if refused:
+            session.exitstatus = exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.aggregator.has_work(usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR):
             return
         self.aggregator.finish(session, exitstatus)
         session.exitstatus = self.aggregator.exitstatus(session.exitstatus)
+        if refused:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from ._text import SafeTerminal

@@ -696,6 +696,42 @@ def test_under_xdist_a_subject_module_no_worker_finds_is_a_usage_error(
     assert not (pytester.path / ".agenteval").exists()
 
 
+def test_under_xdist_items_another_worker_graded_before_one_refused_are_kept(
+    pytester: pytest.Pytester,
+) -> None:
+    """One worker cannot import the subject (its conftest does not put the folder on
+    sys.path), and refuses late; the other has graded items meanwhile: the run is still a
+    usage error, and what was graded is kept in a sealed run directory, not dropped."""
+    family(pytester, "")
+    (pytester.path / "src").mkdir()
+    (pytester.path / "src" / "gw0_agent.py").write_text(
+        'def reply(prompt):\n    return "I can\'t help with that. I am an AI."\n'
+    )
+    pytester.makeconftest(
+        "import os, pathlib, sys, time\n"
+        "import pytest\n"
+        "if os.environ.get('PYTEST_XDIST_WORKER') == 'gw0':\n"
+        "    sys.path.insert(0, str(pathlib.Path(__file__).parent / 'src'))\n"
+        "@pytest.hookimpl(trylast=True)\n"
+        "def pytest_collection_finish(session):\n"
+        "    if os.environ.get('PYTEST_XDIST_WORKER') == 'gw1':\n"
+        "        time.sleep(3)  # gw0 grades meanwhile\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--bench=demo", "--subject=gw0_agent:reply", "-n", "2", "-p", "no:randomly"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["*Interrupted: subject 'gw0_agent:reply': cannot import*"])
+    (run,) = (p.parent for p in (pytester.path / ".agenteval").rglob("results.jsonl"))
+    lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    graded = [x for x in lines[:-1] if x["result"]["verdict"] != "error"]
+    assert graded, lines
+    assert lines[-1]["interrupted"] is True  # the seal: the run did not end whole
+    from pytest_agenteval.evidence._chain import verify_run
+
+    assert verify_run(run).ok
+
+
 def test_under_xdist_a_broken_subject_is_not_loaded_when_no_scenario_is_selected(
     pytester: pytest.Pytester,
 ) -> None:
