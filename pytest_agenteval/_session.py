@@ -559,8 +559,15 @@ class AgentevalState:
                 self._markers.add(name)
 
     def is_selected_family(self, path: Path, session: pytest.Session) -> bool:
+        """A family folder given with ``--bench``, or named on the command line (also one
+        inside another named folder: pytest 8.2+ merges ``pytest . fam`` into ``.``, and
+        ``fam`` is then no initial path of the session), or inside a named one."""
         resolved = path.resolve()
-        return resolved in self.bench_roots or session.isinitpath(path, with_parents=True)
+        return (
+            resolved in self.bench_roots
+            or resolved in self.named_paths()
+            or session.isinitpath(path, with_parents=True)
+        )
 
     # ------------------------------------------------------------------ running
 

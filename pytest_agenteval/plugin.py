@@ -398,11 +398,23 @@ def pytest_configure(config: pytest.Config) -> None:
     if roots:
         if config.args_source == pytest.Config.ArgsSource.ARGS:
             # a root named already (``--bench=fam a.py fam b.py``) is not added again: pytest
-            # before 8.2 would collect its items twice
+            # before 8.2 would collect its items twice; nor, before 8.2, one inside a named
+            # folder (``--bench=fam .``), whose collection then dropped the folder's other
+            # tests (8.2 and later merge the two: adding it keeps a root that norecursedirs
+            # would skip)
             named = set(state.named_paths())
-            config.args = [*config.args, *(str(r) for r in roots if r not in named)]
+            config.args = [
+                *config.args,
+                *(str(r) for r in roots if r not in named and not _inside_for_old_pytest(r, named)),
+            ]
         else:
             config.args = [str(r) for r in roots]
+
+
+def _inside_for_old_pytest(root: Path, named: set[Path]) -> bool:
+    """Before pytest 8.2: is *root* inside a named folder (which collects it anyway)?"""
+    major, minor = (int(x) for x in pytest.__version__.split(".")[:2])
+    return (major, minor) < (8, 2) and any(n in root.parents for n in named)
 
 
 _RUN_SUFFIXES = (".yaml", ".yml", ".jsonl")

@@ -679,6 +679,26 @@ def test_controls_left_out_of_the_preset_are_counted_in_the_summary(
     assert "of the family's" not in everything.stdout.str()
 
 
+def test_a_family_inside_a_named_folder_runs_beside_its_other_tests(
+    pytester: pytest.Pytester,
+) -> None:
+    """``--bench=demo .`` runs the family and the folder's other tests (on pytest 8.1 the
+    family added to the arguments inside ``.`` made pytest drop the rest), and so does
+    naming both (``pytest . demo``: pytest 8.2+ merges ``demo`` into ``.``, which left the
+    family out)."""
+    family(pytester, "")
+    (pytester.path / "unit").mkdir()
+    (pytester.path / "unit" / "test_unit.py").write_text("def test_ok():\n    pass\n")
+    runs = [["--bench=demo", "."]]
+    if pytest.version_tuple >= (8, 2):  # pytest 8.1 itself keeps only demo of `. demo`
+        runs += [[".", "demo"], ["demo", "."]]
+    for args in runs:
+        result = pytester.runpytest("--collect-only", "-q", *args)
+        result.stdout.fnmatch_lines(
+            ["unit/test_unit.py::test_ok", f"{N_SMOKE + 1} tests collected*"]
+        )
+
+
 def test_under_xdist_a_subject_module_no_worker_finds_is_a_usage_error(
     pytester: pytest.Pytester,
 ) -> None:
