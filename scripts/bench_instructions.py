@@ -2,9 +2,11 @@
 """Instructions per item, counted by valgrind (callgrind): the plugin's work without the noise.
 
 Wall and CPU time per item wander by tens of percent on a shared virtual machine
-with the host's load (``bench_scale.py`` reports both); an instruction count does
-not: the same program on the same input executes the same instructions whatever
-else the machine is doing. For each contender this counts the user-space
+with the host's load (``bench_scale.py`` reports both); an instruction count
+wanders much less. Not nothing: an event loop's work depends on how many answers
+each wake-up finds, which timing still moves (the bare loop's slope was 8.15 and
+6.72 M per call in two runs; pytest's floor 2.33 and 2.31 M). Compare runs made
+side by side, or repeat. For each contender this counts the user-space
 instructions of one whole process at two sizes (an instant judge, as in
 ``bench_scale.py``) and reports the slope, instructions per item:
 
