@@ -70,12 +70,11 @@ class GraderHooks:
         active workers" INTERNALERROR. :meth:`pytest_runtestloop_refused` hands it to xdist as
         the worker's reason to stop, which the controller reports (``Interrupted: ...``).
         """
-        if not self.state.is_worker:
-            self._build(session)
-            return
         try:
             self._build(session)
         except pytest.UsageError as exc:
+            if not self.state.is_worker:
+                raise
             self.refused = str(exc)
             # for the controller (pytest_testnodedown): a usage error, not an interrupted run
             session.config.workeroutput[WORKER_REFUSED] = self.refused  # type: ignore[attr-defined]
@@ -260,9 +259,8 @@ class AggregatorHooks:
         if not self.aggregator.has_work(usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR):
             return
         self.aggregator.finish(session, exitstatus)
+        # the gate decides only over OK or TESTS_FAILED: a usage error stays one
         session.exitstatus = self.aggregator.exitstatus(session.exitstatus)
-        if refused:
-            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from ._text import SafeTerminal

@@ -413,8 +413,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _inside_for_old_pytest(root: Path, named: set[Path]) -> bool:
     """Before pytest 8.2: is *root* inside a named folder (which collects it anyway)?"""
-    major, minor = (int(x) for x in pytest.__version__.split(".")[:2])
-    return (major, minor) < (8, 2) and any(n in root.parents for n in named)
+    return pytest.version_tuple[:2] < (8, 2) and any(n in root.parents for n in named)
 
 
 _RUN_SUFFIXES = (".yaml", ".yml", ".jsonl")
