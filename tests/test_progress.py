@@ -61,9 +61,11 @@ def family(pytester: pytest.Pytester, n: int = N, *, judged: bool = False) -> No
     pytester.makeconftest(SUBJECT)
 
 
+#: A duration as the line shows it (12s, 1m05s, 2h03m): a loaded machine can take minutes.
+DURATION = r"(?:\d+s|\d+m\d\ds|\d+h\d\dm)"
 PROGRESS_LINE = re.compile(
     r"^agenteval: (\d+)/(\d+) graded \((\d+)%\) · ~?(\d+) in flight( \(workers' last reports\))? · "
-    r"(\d+) errors? · \$(\d+\.\d{4}) · \d+s(, ~\d+s left)?$"
+    rf"(\d+) errors? · \$(\d+\.\d{{4}}) · {DURATION}(, ~{DURATION} left)?$"
 )
 
 
