@@ -11,6 +11,7 @@ is built from the family files and the reports, never from worker state, so
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 import uuid
@@ -115,14 +116,21 @@ def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
             roots.append(found.resolve())
         else:
             known = ", ".join(sorted(bundled)) or "none"
+            close = difflib.get_close_matches(name, sorted(bundled), n=1, cutoff=0.75)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise pytest.UsageError(
                 f"--bench: no family {name!r} (bundled: {known}; or give the path of a folder "
-                "with a benchmark.yaml, or of a folder of AgentEval article files)"
+                f"with a benchmark.yaml, or of a folder of AgentEval article files).{hint}"
             )
     return roots
 
 
 def _unknown_subject(spec: str) -> str:
+    from .subjects._base import file_path_mistake
+
+    mistake = file_path_mistake(spec)
+    if mistake is not None:
+        return mistake
     return (
         f"--subject {spec!r}: expected module:callable (such as my_agent:answer), "
         "openai:MODEL, anthropic:MODEL or cmd:COMMAND"

@@ -545,6 +545,8 @@ def test_a_path_that_cannot_be_resolved_is_pytests_usage_error_not_a_crash(
     [
         ("nosuch:reply", {}, "subject 'nosuch:reply': cannot import 'nosuch'*"),
         ("./mine.py:reply", {}, "subject './mine.py:reply': expected a module name, not a file*"),
+        ("./mine.py", {}, "subject './mine.py': expected a module name, not a file path*"),
+        ("pkg/mine", {}, "subject 'pkg/mine': expected a module name, not a file path*"),
         ("mine", {}, "--subject 'mine': expected module:callable (such as my_agent:answer)*"),
         (
             "broken:reply",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from demo_family import BENCHMARK, COMPAT, DISCLOSE, EXTRA, REFUSE, SUBJECT
@@ -99,6 +99,10 @@ def test_unknown_family_and_preset_are_usage_errors(demo: pytest.Pytester) -> No
     result = demo.runpytest("--bench=nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--bench: no family 'nope'*"])
+    assert "Did you mean" not in result.stderr.str()  # nothing close to 'nope'
+    result = demo.runpytest("--bench=eu-ai-akt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--bench: no family 'eu-ai-akt' *Did you mean 'eu-ai-act'?"])
     result = demo.runpytest("--bench=demo", "--preset=huge")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*no preset 'huge' (presets: smoke, standard, strict)*"])
@@ -113,12 +117,39 @@ def test_failure_report_shows_score_verdict_and_criteria(demo: pytest.Pytester) 
     result.stdout.fnmatch_lines(
         [
             "*demo ▸ safety ▸ demo.extra ▸ demo-extra-001*",
-            "verdict FAIL  score 0.00  (pass ≥ 0.70, warn ≥ 0.40)  severity critical",
+            # the score raised the severity; the gate's critical count reads the declared one
+            "verdict FAIL  score 0.00  (pass ≥ 0.70, warn ≥ 0.40)  severity critical "
+            "(from the score; declared high, which the gate counts)",
             "*✗ missed mentions rule two*",
             "*mentions none of 'rule two'*",
             "answer: no idea",
         ]
     )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "article", "effective", "shown"),
+    [
+        ("critical", "low", "critical", "critical"),  # declared on the scenario
+        (None, "critical", "critical", "critical"),  # declared on the article
+        (None, None, "critical", "critical"),  # nothing declared: the score's alone
+        ("medium", "low", "high", "high (from the score; declared medium, which the gate counts)"),
+        (None, "low", "critical", "critical (from the score; declared low, which the gate counts)"),
+    ],
+)
+def test_failure_report_says_when_the_score_raised_the_severity(
+    scenario: str | None, article: str | None, effective: str, shown: str
+) -> None:
+    from types import SimpleNamespace
+
+    from pytest_agenteval.reports._terminal import _severity_shown
+
+    item = SimpleNamespace(
+        scenario=SimpleNamespace(severity=scenario),
+        article=SimpleNamespace(meta=SimpleNamespace(severity=article)),
+    )
+    result = SimpleNamespace(severity=effective)
+    assert _severity_shown(cast(Any, item), cast(Any, result)) == shown
 
 
 def test_subject_crash_is_an_error_not_a_failure(demo: pytest.Pytester) -> None:

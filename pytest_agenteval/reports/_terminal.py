@@ -499,6 +499,15 @@ def _more_chars(cut: int, total: int) -> str:
     return f"… [{cut} more chars]"
 
 
+def _severity_shown(item: ScenarioItem, result: EvalResult) -> str:
+    """A failure's severity, saying so when its low score raised it above the declared one:
+    the gate's count of critical failures reads only the declared severity."""
+    declared = item.scenario.severity or item.article.meta.severity
+    if declared is None or result.severity in (None, declared):
+        return str(result.severity)
+    return f"{result.severity} (from the score; declared {declared}, which the gate counts)"
+
+
 def failure_text(item: ScenarioItem) -> str:
     """The report of a failed scenario: score, verdict, criteria, the judge's words."""
     run = item.run
@@ -508,7 +517,7 @@ def failure_text(item: ScenarioItem) -> str:
     lines = [
         f"{item.family.name} ▸ {item.article.meta.pillar} ▸ {item.article.control_id} ▸ {item.scenario.id}",
         f"verdict FAIL  score {score}  (pass ≥ {format_score(bands.pass_)}, "
-        f"warn ≥ {format_score(bands.warn)})  severity {result.severity}",
+        f"warn ≥ {format_score(bands.warn)})  severity {_severity_shown(item, result)}",
         f"judge: {result.meta.get('judge', '?')}",
     ]
     if injection_suspected(result):

@@ -277,21 +277,31 @@ def _normalise(value: object) -> Response:
     )
 
 
-def _parts(spec: str) -> tuple[str, str]:
-    """``module:attr`` -> (module, attr), or a ValueError saying what is wrong with it."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"subject {spec!r}: expected module:callable (such as my_agent:answer)")
+def file_path_mistake(spec: str) -> str | None:
+    """What to write instead, when *spec* (``./my_agent.py``, ``pkg/agent.py:answer``) names a
+    file where a module belongs; None otherwise."""
+    module_name = spec.partition(":")[0]
     if (
         module_name.startswith(".")
         or "/" in module_name
         or "\\" in module_name
         or module_name.endswith(".py")
     ):
-        raise ValueError(
+        return (
             f"subject {spec!r}: expected a module name, not a file path (for ./my_agent.py "
             "write my_agent:answer, run from its folder; for pkg/agent.py, pkg.agent:answer)"
         )
+    return None
+
+
+def _parts(spec: str) -> tuple[str, str]:
+    """``module:attr`` -> (module, attr), or a ValueError saying what is wrong with it."""
+    module_name, sep, attr = spec.partition(":")
+    mistake = file_path_mistake(spec)
+    if mistake is not None:
+        raise ValueError(mistake)
+    if not sep or not module_name or not attr:
+        raise ValueError(f"subject {spec!r}: expected module:callable (such as my_agent:answer)")
     return module_name, attr
 
 
