@@ -41,7 +41,7 @@ from ._spec import (
     PresetSpec,
     Scenario,
 )
-from ._vocab import ConfigError, SpecError, Verdict
+from ._vocab import ConfigError, Severity, SpecError, Verdict
 from ._yaml import (
     MAX_BYTES,
     LineDict,
@@ -125,6 +125,11 @@ class Article:
     @property
     def control_id(self) -> str:
         return self.meta.control_id
+
+    def declared_severity(self, scenario: Scenario) -> Severity:
+        """*scenario*'s declared severity: its own, else this article's (what the gate's
+        count of critical failures and a critical scenario's judge panel read)."""
+        return scenario.severity or self.meta.severity
 
 
 @dataclass(frozen=True)
@@ -829,7 +834,7 @@ def build_tree(
                 combine_samples(
                     leaves[s.id],
                     art.bands,
-                    s.severity or art.meta.severity,
+                    art.declared_severity(s),
                     plan.samples_aggregation,
                 )
                 for s in art.scenarios

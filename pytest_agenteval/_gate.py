@@ -95,7 +95,7 @@ def item_label(scenario: EvalResult, item: EvalResult) -> str:
 def critical_failures(plan: Plan, tree: EvalResult) -> list[str]:
     """Failed scenarios whose declared severity (scenario's, else article's) is critical."""
     declared = {
-        s.id: s.severity or art.meta.severity for art in plan.family.articles for s in art.scenarios
+        s.id: art.declared_severity(s) for art in plan.family.articles for s in art.scenarios
     }
     found = []
     for node in scenario_nodes(tree):

@@ -310,7 +310,7 @@ async def run_scenario(
     concurrently. A panel that would repeat a judge raises :class:`PanelError`
     before the subject is called (*preset* names it in the message).
     """
-    severity = scenario.severity or article.meta.severity
+    severity = article.declared_severity(scenario)
     base = dict(key=scenario.id, name=scenario.id, kind="scenario", weight=float(scenario.weight))
     count = judge_count if severity == "critical" else 1
     where = f"family {family.name!r}"
@@ -504,7 +504,7 @@ def preset_panel_problem(plan: Plan, specs: Sequence[str], *, repeat: bool) -> s
     if plan.judges <= 1:
         return None
     critical = any(
-        (s.severity or a.meta.severity) == "critical" for a in plan.articles() for s in a.scenarios
+        a.declared_severity(s) == "critical" for a in plan.articles() for s in a.scenarios
     )
     if not critical:
         return None

@@ -9,6 +9,8 @@ from typing import Any, cast
 import pytest
 from demo_family import BENCHMARK, COMPAT, DISCLOSE, EXTRA, REFUSE, SUBJECT
 
+from pytest_agenteval._vocab import Severity
+
 
 def summary(pytester: pytest.Pytester) -> dict[str, Any]:
     found = sorted(
@@ -132,21 +134,28 @@ def test_failure_report_shows_score_verdict_and_criteria(demo: pytest.Pytester) 
     [
         ("critical", "low", "critical", "critical"),  # declared on the scenario
         (None, "critical", "critical", "critical"),  # declared on the article
-        (None, None, "critical", "critical"),  # nothing declared: the score's alone
+        (None, "medium", "medium", "medium"),  # the article's default, which the score agrees with
         ("medium", "low", "high", "high (from the score; declared medium, which the gate counts)"),
         (None, "low", "critical", "critical (from the score; declared low, which the gate counts)"),
     ],
 )
 def test_failure_report_says_when_the_score_raised_the_severity(
-    scenario: str | None, article: str | None, effective: str, shown: str
+    scenario: Severity | None, article: Severity, effective: Severity, shown: str
 ) -> None:
+    from pathlib import Path
     from types import SimpleNamespace
 
+    from pytest_agenteval._family import Article
+    from pytest_agenteval._spec import ArticleMeta, Criterion, Scenario
+    from pytest_agenteval._vocab import Bands
     from pytest_agenteval.reports._terminal import _severity_shown
 
+    meta = {"article": "A", "pillar": "p", "control_id": "c", "title": "T", "severity": article}
     item = SimpleNamespace(
-        scenario=SimpleNamespace(severity=scenario),
-        article=SimpleNamespace(meta=SimpleNamespace(severity=article)),
+        scenario=Scenario(
+            id="s", input="q", evaluation_criteria=[Criterion(text="x")], severity=scenario
+        ),
+        article=Article(Path("a.yaml"), ArticleMeta.model_validate(meta), (), {}, Bands(), ""),
     )
     result = SimpleNamespace(severity=effective)
     assert _severity_shown(cast(Any, item), cast(Any, result)) == shown

@@ -502,8 +502,8 @@ def _more_chars(cut: int, total: int) -> str:
 def _severity_shown(item: ScenarioItem, result: EvalResult) -> str:
     """A failure's severity, saying so when its low score raised it above the declared one:
     the gate's count of critical failures reads only the declared severity."""
-    declared = item.scenario.severity or item.article.meta.severity
-    if declared is None or result.severity in (None, declared):
+    declared = item.article.declared_severity(item.scenario)
+    if result.severity in (None, declared):
         return str(result.severity)
     return f"{result.severity} (from the score; declared {declared}, which the gate counts)"
 
