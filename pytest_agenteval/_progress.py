@@ -1,4 +1,4 @@
-"""The progress of a long run: items graded, calls in flight, errors, cost, time left.
+"""The progress of a long run: items done, calls in flight, errors, cost, time left.
 
 Modes (``--agenteval-progress``, ini ``agenteval_progress``):
 
@@ -117,7 +117,7 @@ class Snapshot:
 
 def status_line(s: Snapshot) -> str:
     """One line of progress, e.g.
-    ``agenteval: 120/1000 graded (12%) · 16 in flight · 2 errors · $0.4123 · 1m12s, ~8m50s left``.
+    ``agenteval: 120/1000 done (12%) · 16 in flight · 2 errors · $0.4123 · 1m12s, ~8m50s left``.
     """
     if s.batch is not None:
         parts = [f"agenteval: {s.batch}"]
@@ -130,7 +130,7 @@ def status_line(s: Snapshot) -> str:
         return " · ".join(parts)
     total = max(s.total, s.done)
     pct = f" ({100 * s.done // total}%)" if total else ""
-    parts = [f"agenteval: {s.done}/{total} graded{pct}"]
+    parts = [f"agenteval: {s.done}/{total} done{pct}"]
     if s.in_flight is not None:
         parts.append(
             f"~{s.in_flight} in flight (workers' last reports)"

@@ -64,7 +64,7 @@ def family(pytester: pytest.Pytester, n: int = N, *, judged: bool = False) -> No
 #: A duration as the line shows it (12s, 1m05s, 2h03m): a loaded machine can take minutes.
 DURATION = r"(?:\d+s|\d+m\d\ds|\d+h\d\dm)"
 PROGRESS_LINE = re.compile(
-    r"^agenteval: (\d+)/(\d+) graded \((\d+)%\) · ~?(\d+) in flight( \(workers' last reports\))? · "
+    r"^agenteval: (\d+)/(\d+) done \((\d+)%\) · ~?(\d+) in flight( \(workers' last reports\))? · "
     rf"(\d+) errors? · \$(\d+\.\d{{4}}) · {DURATION}(, ~{DURATION} left)?$"
 )
 
@@ -79,10 +79,10 @@ def progress_lines(text: str) -> list[re.Match[str]]:
 def test_status_line_numbers() -> None:
     s = Snapshot(done=120, total=1000, errors=2, elapsed_s=72, in_flight=16, cost_usd=0.41234)
     assert status_line(s) == (
-        "agenteval: 120/1000 graded (12%) · 16 in flight · 2 errors · $0.4123 · 1m12s, ~8m48s left"
+        "agenteval: 120/1000 done (12%) · 16 in flight · 2 errors · $0.4123 · 1m12s, ~8m48s left"
     )
     one = Snapshot(done=0, total=4, errors=1, elapsed_s=3, cost_usd=0.0, cost_unknown=True)
-    assert status_line(one) == "agenteval: 0/4 graded (0%) · 1 error · $0.0000+ (unknown rate) · 3s"
+    assert status_line(one) == "agenteval: 0/4 done (0%) · 1 error · $0.0000+ (unknown rate) · 3s"
     xdist = Snapshot(
         done=5, total=10, errors=0, elapsed_s=10, in_flight=7, in_flight_from_workers=True
     )
@@ -124,9 +124,9 @@ def test_the_bar_draws_in_one_write_and_gives_up_when_the_terminal_is_resized() 
     bar = TerminalBar(write, size=lambda fd: sizes[0])
     os.close(write)  # the bar writes to its own duplicate
     bar.open()
-    assert bar.draw("agenteval: 1/2 graded \x1b[31m")
+    assert bar.draw("agenteval: 1/2 done \x1b[31m")
     sizes[0] = os.terminal_size((80, 24))
-    assert not bar.draw("agenteval: 2/2 graded") and bar.resized
+    assert not bar.draw("agenteval: 2/2 done") and bar.resized
     bar.close()
     out = b""
     while chunk := os.read(read, 4096):
@@ -134,7 +134,7 @@ def test_the_bar_draws_in_one_write_and_gives_up_when_the_terminal_is_resized() 
     os.close(read)
     assert out == (
         b"\n\x1b7\x1b[1;23r\x1b8\x1b[1A"  # room for the bar, scroll region above it
-        b"\x1b7\x1b[24;1H\x1b[2Kagenteval: 1/2 graded \\x1b[31m\x1b8"  # text escaped
+        b"\x1b7\x1b[24;1H\x1b[2Kagenteval: 1/2 done \\x1b[31m\x1b8"  # text escaped
         b"\x1b7\x1b[r\x1b[24;1H\x1b[2K\x1b8"  # the whole screen given back
     )
     # opened in the middle of a line, the cursor goes back to its column
@@ -202,7 +202,7 @@ def test_plain_lines_every_tenth_with_errors_and_cost(
     graded = [int(m.group(1)) - int(m.group(6)) for m in found]
     assert [m.group(7) for m in found] == [f"{g * 0.00014:.4f}" for g in graded]
     # pytest's own output is whole: its file lines resume after ours, and the summary is there
-    result.stdout.fnmatch_lines(["prog/a.yaml ..", "agenteval: 2/20 graded*", "prog/a.yaml ..*"])
+    result.stdout.fnmatch_lines(["prog/a.yaml ..", "agenteval: 2/20 done*", "prog/a.yaml ..*"])
     result.stdout.fnmatch_lines(["*18 passed, 2 errors in*"])
 
 
@@ -234,7 +234,7 @@ def test_auto_prints_nothing_for_a_short_run_and_off_prints_nothing(
     ):
         result = pytester.runpytest("--bench=prog", *args)
         assert progress_lines(result.stdout.str()) == [], args
-        assert "graded" not in result.stdout.str()
+        assert not re.search(r"agenteval: \d+/\d+ done", result.stdout.str())
 
 
 def test_under_xdist_in_flight_is_the_workers_last_reports(
@@ -338,11 +338,12 @@ def test_the_status_line_leaves_pytests_output_exactly_as_without_it(
     with_line = run_in_terminal(pytester.path, *common, "--agenteval-progress=line")
     without = run_in_terminal(pytester.path, *common, "--agenteval-progress=off")
     # the status line was drawn on the bottom row, below a scroll region, and given back
-    assert re.search(rb"\x1b7\x1b\[24;1H\x1b\[2Kagenteval: \d+/24 graded", with_line)
+    assert re.search(rb"\x1b7\x1b\[24;1H\x1b\[2Kagenteval: \d+/24 done", with_line)
     assert b"\x1b[1;23r" in with_line and with_line.count(b"\x1b[r") == 1
-    assert b"graded" not in without
+    assert not re.search(rb"agenteval: \d+/\d+ done", without)
     seen, plain = screen_text(with_line), screen_text(without)
-    assert not any("graded" in line for line in seen), "the status line is cleared at the end"
+    cleared = not any(re.search(r"agenteval: \d+/\d+ done", line) for line in seen)
+    assert cleared, "the status line is cleared at the end"
     assert any(line.startswith("prog/a.yaml ") for line in plain)
     assert normalised(seen) == normalised(plain)
 
@@ -352,4 +353,4 @@ def test_auto_draws_the_status_line_on_a_terminal(pytester: pytest.Pytester) -> 
     family(pytester, n=12)
     pytester.makeini("[pytest]\naddopts = -p no:benchmark -p no:asyncio\n")
     raw = run_in_terminal(pytester.path, "--bench=prog", "--agenteval-concurrency=1")
-    assert re.search(rb"\x1b\[24;1H\x1b\[2Kagenteval: \d+/12 graded", raw)
+    assert re.search(rb"\x1b\[24;1H\x1b\[2Kagenteval: \d+/12 done", raw)
