@@ -54,6 +54,7 @@ import pytest
 
 from ._cost import payload_usd
 from ._text import terminal_safe
+from ._vocab import is_benchmark_id
 
 if TYPE_CHECKING:
     from ._session import AgentevalState
@@ -68,7 +69,6 @@ PLAIN_STEP = 0.10
 PLAIN_EVERY_S = 30.0
 #: auto mode prints plain lines only once the run has lasted this long (seconds)
 AUTO_PLAIN_AFTER_S = 10.0
-_SUFFIXES = (".yaml", ".yml", ".jsonl")
 
 
 # --------------------------------------------------------------------------- formatting
@@ -299,7 +299,7 @@ class Progress:
         ids = seen.expected_ids
         if len(ids) != self._total_ids:  # recounted only when workers announce more
             self._total_ids = len(ids)
-            self._total = sum(1 for i in ids if i.split("::", 1)[0].endswith(_SUFFIXES))
+            self._total = sum(1 for i in ids if is_benchmark_id(i))
         return self._total
 
     def report(self, report: pytest.TestReport) -> None:
@@ -323,7 +323,7 @@ class Progress:
                 self.cost_unknown = True
             elif math.isfinite(usd):
                 self.cost += usd
-        elif report.failed and report.nodeid.split("::", 1)[0].endswith(_SUFFIXES):
+        elif report.failed and is_benchmark_id(report.nodeid):
             # one of ours without a record: a crashed worker, a fixture that raised
             self._seen.add(report.nodeid)
             self.done += 1

@@ -199,6 +199,14 @@ class AggregatorHooks:
             node.workerinput[WORKER_BUDGET] = budget
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """``--dist load`` keeps each worker's queue as deep as its calls in flight need
+        (``_distribute.py``); other modes are xdist's own."""
+        from ._distribute import make_scheduler
+
+        return make_scheduler(config, log, self.state.settings.concurrency)
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         if error is not None:  # crashed: xdist may start a replacement
             self.state.worker_shares.crashed(node.gateway.id)

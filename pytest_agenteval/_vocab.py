@@ -130,6 +130,15 @@ def score_severity(score: float) -> Severity:
     return "low"
 
 
+#: The files whose items are benchmark items: articles' scenarios, golden entries, replays.
+BENCHMARK_SUFFIXES = (".yaml", ".yml", ".jsonl")
+
+
+def is_benchmark_id(nodeid: str) -> bool:
+    """Is *nodeid* an item of a benchmark file (a scenario, a golden entry)?"""
+    return nodeid.split("::", 1)[0].endswith(BENCHMARK_SUFFIXES)
+
+
 #: Marks a record cut down to its facts once the reports took it (a quiet pass): the
 #: aggregator keeps those, and pytest's report carries them once every plugin read it.
 SET_ASIDE_KEY = "set_aside"

@@ -9,6 +9,7 @@ import pytest
 
 from . import hookspecs
 from ._stash import STATE
+from ._vocab import BENCHMARK_SUFFIXES
 
 _GROUP = "agenteval"
 
@@ -416,9 +417,6 @@ def _inside_for_old_pytest(root: Path, named: set[Path]) -> bool:
     return pytest.version_tuple[:2] < (8, 2) and any(n in root.parents for n in named)
 
 
-_RUN_SUFFIXES = (".yaml", ".yml", ".jsonl")
-
-
 def _run_requested(config: pytest.Config) -> bool:
     """Does this command ask for a benchmark or calibration run? (cheap: no YAML read)
 
@@ -435,7 +433,7 @@ def _run_requested(config: pytest.Config) -> bool:
     base = Path(config.invocation_params.dir)
     for arg in config.args:
         path = base / str(arg).split("::", 1)[0]
-        if path.suffix in _RUN_SUFFIXES or (path / "benchmark.yaml").is_file():
+        if path.suffix in BENCHMARK_SUFFIXES or (path / "benchmark.yaml").is_file():
             return True
         if config.args_source == pytest.Config.ArgsSource.ARGS and _agenteval_dir(path):
             return True
@@ -540,7 +538,7 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix not in _RUN_SUFFIXES or _state(parent.config) is None:
+    if file_path.suffix not in BENCHMARK_SUFFIXES or _state(parent.config) is None:
         return None
     if file_path.suffix == ".jsonl":
         return _golden_file(file_path, parent)
