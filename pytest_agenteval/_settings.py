@@ -331,8 +331,12 @@ class RunSettings:
             or None,
             out_dir=out_dir,
             concurrency=integer(config, "agenteval_concurrency", 8),
+            # 0 would stop every item before its first call: no run, only errors
             max_cost=number(
-                config, "agenteval_max_cost", None, inclusive=True, what="a budget in USD"
+                config,
+                "agenteval_max_cost",
+                None,
+                what="a budget in USD (unset: no limit)",
             ),
             samples=samples,
             judge_base_url=text(config, "agenteval_judge_base_url"),

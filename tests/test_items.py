@@ -334,6 +334,7 @@ def agenteval_subject():
         (["--judge-deadline=nan"], "", "--judge-deadline (ini agenteval_judge_deadline)"),
         (["--judge-timeout=-1"], "", "--judge-timeout (ini agenteval_judge_timeout)"),
         (["--agenteval-max-cost=nan"], "", "--agenteval-max-cost (ini agenteval_max_cost)"),
+        (["--agenteval-max-cost=0"], "", "expected a budget in USD (unset: no limit) > 0"),
         ([], "agenteval_concurrency = lots", "--agenteval-concurrency (ini agenteval_concurrency)"),
         ([], "agenteval_concurrency = 0", "--agenteval-concurrency (ini agenteval_concurrency)"),
         ([], "agenteval_calibration_repeat = 1.5", "agenteval_calibration_repeat"),
