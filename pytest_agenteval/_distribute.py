@@ -13,16 +13,21 @@ flight instead of 32.
 :class:`FedLoadScheduling` is ``load`` with one more rule: while items are left to
 send, a worker's queue is topped up to its window (twice its share of the
 concurrency, as the worker looks ahead) plus the item it runs and the one it holds
-back. The order of items and the balance between workers are ``load``'s: items go
-out in consecutive runs, as they are asked for; at the end, a worker holds at most
-its window more than another, a couple of call latencies of work.
+back, at most ``--maxschedchunk`` items at a time. The order of items is ``load``'s:
+consecutive runs, as they are asked for. Unlike ``load``, a worker whose items take
+0.1 s or more is topped up all the same (its calls are what takes the time). At the
+end, a worker holds at most its window more than another, a couple of call latencies
+of work; a worker that crashes takes with it the calls it had started ahead, which
+its replacement makes again.
 
-It applies only where it changes nothing else: ``--dist load`` (what ``-n`` means
-unless told otherwise) in a run whose items are all benchmark items, decided once
-the workers' collection is known; any other test in the session gets xdist's own
-behaviour exactly. ``--dist worksteal`` would keep queues full too, but it takes
-items back from a worker's queue, and a worker may have started their calls
-already: the agent and the judge would answer those items twice.
+It takes the place of xdist's own ``load`` only (what ``-n`` means unless told
+otherwise), not of another mode nor of a scheduler a conftest or a plugin makes, and
+changes something only in a run whose items are all benchmark items (their files
+end in .yaml, .yml or .jsonl), decided once the workers' collection is known; any
+other test in the session gets ``load``'s behaviour exactly. ``--dist worksteal``
+would keep queues full too, but it takes items back from a worker's queue, and a
+worker may have started their calls already: the agent and the judge would answer
+those items twice.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from xdist.scheduler import LoadScheduling
 
 from ._vocab import is_benchmark_id
 
-__all__ = ["FedLoadScheduling", "make_scheduler"]
+__all__ = ["FedLoadScheduling", "fed_instead"]
 
 
 class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no types
@@ -53,8 +58,8 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
     def _top_up(self, node: Any) -> None:
         if self.fed and self.pending and not node.shutting_down:
             short = self.depth() - len(self.node2pending[node])
-            if short > 0:
-                self._send_tests(node, short)
+            if short > 0:  # at most --maxschedchunk at a time, as load sends
+                self._send_tests(node, min(short, self.maxschedchunk or short))
 
     def schedule(self) -> None:
         """``load``'s first distribution (at least two items each, or everything and the
@@ -72,8 +77,9 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
         super().check_schedule(node, duration=duration)
 
 
-def make_scheduler(config: Any, log: Any, concurrency: int) -> FedLoadScheduling | None:
-    """The scheduler for ``--dist load``; None (xdist's own) for any other mode."""
-    if config.getvalue("dist") != "load":
-        return None
+def fed_instead(made: Any, config: Any, log: Any, concurrency: int) -> Any:
+    """*made* (the scheduler xdist's hook returned), or ours in place of xdist's own
+    ``load``: not in place of a subclass of it, another mode's, or anyone else's."""
+    if type(made) is not LoadScheduling:
+        return made
     return FedLoadScheduling(config, log, concurrency=concurrency)

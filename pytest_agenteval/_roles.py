@@ -198,13 +198,17 @@ class AggregatorHooks:
         if budget is not None:
             node.workerinput[WORKER_BUDGET] = budget
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """``--dist load`` keeps each worker's queue as deep as its calls in flight need
-        (``_distribute.py``); other modes are xdist's own."""
-        from ._distribute import make_scheduler
+    @pytest.hookimpl(optionalhook=True, wrapper=True)
+    def pytest_xdist_make_scheduler(
+        self, config: pytest.Config, log: Any
+    ) -> Generator[None, Any, Any]:
+        """xdist's own ``--dist load`` becomes one that keeps each worker's queue as deep as
+        its calls in flight need (``_distribute.py``). Whatever else answered (another
+        mode, a conftest's or a plugin's own scheduler) is left as it is."""
+        made = yield
+        from ._distribute import fed_instead
 
-        return make_scheduler(config, log, self.state.settings.concurrency)
+        return fed_instead(made, config, log, self.state.settings.concurrency)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

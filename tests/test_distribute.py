@@ -2,7 +2,9 @@
 
 The scheduler is driven here as xdist's controller drives it (add the nodes, their
 collections, schedule, then one completion at a time), with workers that run an item
-only once another item or the shutdown has arrived, as xdist's do.
+only once another item or the shutdown has arrived, as xdist's do; then whole runs
+under ``-n 2`` show it chosen, yielding to a conftest's own scheduler, and the workers
+looking ahead.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import itertools
 from typing import Any
 
 import pytest
-from xdist.scheduler import LoadScheduling
+from xdist.scheduler import LoadScheduling, WorkStealingScheduling
 
-from pytest_agenteval._distribute import FedLoadScheduling, make_scheduler
+from pytest_agenteval._distribute import FedLoadScheduling, fed_instead
 
 
 class Worker:
@@ -40,15 +42,21 @@ class Worker:
         return self.name
 
 
-def drive(sched: Any, ids: list[str], workers: int = 2) -> tuple[list[Worker], list[int]]:
-    """Run a whole session through *sched*; the shallowest queue of a worker, after each
-    completion, while items were left to send."""
+def started(sched: Any, ids: list[str], workers: int = 2) -> list[Worker]:
+    """*sched* with *workers* nodes that collected *ids*, after its first distribution."""
     nodes = [Worker(f"gw{i}") for i in range(workers)]
     for node in nodes:
         sched.add_node(node)
     for node in nodes:
         sched.add_node_collection(node, ids)
     sched.schedule()
+    return nodes
+
+
+def drive(sched: Any, ids: list[str], workers: int = 2) -> tuple[list[Worker], list[int]]:
+    """Run a whole session through *sched*; the shallowest queue of a worker, after each
+    completion, while items were left to send."""
+    nodes = started(sched, ids, workers)
     shallowest: list[int] = []
     for node in itertools.cycle(nodes):
         if sched.tests_finished and all(not sched.node2pending[n] for n in nodes):
@@ -64,33 +72,50 @@ def drive(sched: Any, ids: list[str], workers: int = 2) -> tuple[list[Worker], l
     return nodes, shallowest
 
 
+def parsed(pytester: pytest.Pytester, *args: str) -> pytest.Config:
+    # xdist turns -n 2 into two popen gateways in its pytest_cmdline_main, not run here
+    return pytester.parseconfig("--tx", "2*popen", "-p", "no:cacheprovider", *args)
+
+
 @pytest.fixture
 def config(pytester: pytest.Pytester) -> pytest.Config:
-    # xdist turns -n 2 into two popen gateways in its pytest_cmdline_main, not run here
-    return pytester.parseconfig("--tx", "2*popen", "--dist", "load", "-p", "no:cacheprovider")
+    return parsed(pytester, "--dist", "load")
 
 
 SCENARIOS = [f"fam/a.yaml::s{i:03d}" for i in range(300)]
 
 
+def sent_once(nodes: list[Worker], n: int) -> bool:
+    return sorted(i for node in nodes for batch in node.sent for i in batch) == list(range(n))
+
+
 @pytest.mark.parametrize("concurrency", [4, 16, 32])
+@pytest.mark.parametrize("n", [40, 300])
 def test_a_benchmark_run_keeps_each_workers_queue_as_deep_as_its_window(
-    config: pytest.Config, concurrency: int
+    config: pytest.Config, concurrency: int, n: int
 ) -> None:
     """Every item goes out once, in consecutive runs; while items are left to send, no
     worker holds fewer than its window (twice its share of the concurrency) plus the item
-    it runs and the one it holds back; xdist's own load let the queues fall to 2."""
-    sched = FedLoadScheduling(config, concurrency=concurrency)
-    nodes, shallowest = drive(sched, SCENARIOS)
+    it runs and the one it holds back, and the first distribution gives no worker more
+    than that or load's own first chunk; xdist's own load let the queues fall to 2."""
     depth = 2 * (concurrency // 2) + 2
-    assert sched.fed and sched.depth() == depth
-    sent = sorted(i for node in nodes for batch in node.sent for i in batch)
-    assert sent == list(range(len(SCENARIOS)))
+    first = FedLoadScheduling(config, concurrency=concurrency)
+    nodes = started(first, SCENARIOS[:n])
+    assert first.fed and first.depth() == depth
+    load_chunk = max(n // 2 // 4, 2)
+    queued = [len(first.node2pending[node]) for node in nodes]
+    assert queued == [min(max(depth, load_chunk), n - i * max(depth, load_chunk)) for i in (0, 1)]
+
+    sched = FedLoadScheduling(config, concurrency=concurrency)
+    nodes, shallowest = drive(sched, SCENARIOS[:n])
+    assert sent_once(nodes, n)
     assert all(node.shut == 1 for node in nodes)
-    assert shallowest and min(shallowest) >= depth - 1  # one item done, before its top-up
-    plain = LoadScheduling(config)
-    _, plain_shallowest = drive(plain, SCENARIOS)
-    assert min(plain_shallowest) < depth - 1  # what the rule is for
+    assert all(batch == list(range(batch[0], batch[-1] + 1)) for nd in nodes for batch in nd.sent)
+    assert not shallowest or min(shallowest) >= depth
+    if n == 300:
+        assert shallowest
+        _, plain_shallowest = drive(LoadScheduling(config), SCENARIOS[:n])
+        assert min(plain_shallowest) < depth  # what the rule is for
 
 
 def test_a_session_with_any_other_test_gets_xdists_load_exactly(config: pytest.Config) -> None:
@@ -108,31 +133,129 @@ def test_few_items_all_go_out_and_every_worker_finishes(config: pytest.Config) -
     for n in (1, 3, 10, 40):
         sched = FedLoadScheduling(config, concurrency=32)
         nodes, _ = drive(sched, SCENARIOS[:n])
-        assert sorted(i for node in nodes for b in node.sent for i in b) == list(range(n))
+        assert sent_once(nodes, n)
         assert all(node.shut == 1 for node in nodes), n
 
 
-def test_a_crashed_workers_items_go_to_the_others(config: pytest.Config) -> None:
+def test_a_worker_told_to_stop_gets_nothing_more(config: pytest.Config) -> None:
+    """-x or Ctrl-C: the controller shuts the workers down; a completion reported after
+    that sends no item to the worker (Worker.send_runtest_some would fail)."""
     sched = FedLoadScheduling(config, concurrency=16)
-    nodes = [Worker("gw0"), Worker("gw1")]
-    for node in nodes:
-        sched.add_node(node)
-    for node in nodes:
-        sched.add_node_collection(node, SCENARIOS)
-    sched.schedule()
+    nodes = started(sched, SCENARIOS[:100])
+    nodes[0].shutdown()
+    before = len(sched.node2pending[nodes[0]])
+    sched.mark_test_complete(nodes[0], sched.node2pending[nodes[0]][0], 0.01)
+    assert len(sched.node2pending[nodes[0]]) == before - 1
+    sched.mark_test_complete(nodes[1], sched.node2pending[nodes[1]][0], 0.01)
+    assert len(sched.node2pending[nodes[1]]) == sched.depth() == 18
+
+
+def test_a_crashed_workers_items_go_to_the_others_whose_share_grows(
+    config: pytest.Config,
+) -> None:
+    sched = FedLoadScheduling(config, concurrency=16)
+    nodes = started(sched, SCENARIOS[:100])
+    assert [len(sched.node2pending[n]) for n in nodes] == [18, 18]
     lost = list(sched.node2pending[nodes[0]])
     assert sched.remove_node(nodes[0]) == SCENARIOS[lost[0]]  # the item it was running
     assert set(lost[1:]) <= set(sched.pending) | set(sched.node2pending[nodes[1]])
-    assert len(sched.node2pending[nodes[1]]) >= sched.depth()
+    # one worker left: its share is the whole concurrency, its window 2 x 16
+    assert len(sched.node2pending[nodes[1]]) == sched.depth() == 34
 
 
-@pytest.mark.parametrize(
-    ("dist", "ours"),
-    [("load", True), ("worksteal", False), ("loadscope", False), ("each", False)],
-)
-def test_only_load_is_ours(pytester: pytest.Pytester, dist: str, ours: bool) -> None:
-    """worksteal takes items back from a worker's queue, whose calls may have started:
-    the subject and the judge would answer them twice. It stays xdist's."""
-    config = pytester.parseconfig("--tx", "2*popen", "--dist", dist, "-p", "no:cacheprovider")
-    made = make_scheduler(config, None, 8)
-    assert isinstance(made, FedLoadScheduling) if ours else made is None
+def test_maxschedchunk_is_kept(pytester: pytest.Pytester) -> None:
+    sched = FedLoadScheduling(
+        parsed(pytester, "--dist", "load", "--maxschedchunk", "2"), concurrency=16
+    )
+    nodes, _ = drive(sched, SCENARIOS[:100])
+    assert sent_once(nodes, 100)
+    assert max(len(batch) for node in nodes for batch in node.sent) == 2
+
+
+def test_only_xdists_own_load_is_replaced(config: pytest.Config) -> None:
+    """worksteal takes items back from a worker's queue, whose calls may have started: the
+    subject and the judge would answer them twice. It stays xdist's, as does a scheduler
+    of anyone else's, even one made from load."""
+
+    class Theirs(LoadScheduling):  # type: ignore[misc]
+        pass
+
+    assert isinstance(fed_instead(LoadScheduling(config), config, None, 8), FedLoadScheduling)
+    for made in (WorkStealingScheduling(config), Theirs(config), None):
+        assert fed_instead(made, config, None, 8) is made
+
+
+# --------------------------------------------------------------------------- whole runs
+
+BENCH = "family: dist\npillars:\n  - {key: p, weight: 1.0}\n"
+
+#: A sync subject that writes, at the end of each process's session, the most calls it
+#: was ever in at once in that process.
+SUBJECT = """\
+import os, threading, time
+import pytest
+
+_lock = threading.Lock()
+_now, _peak = [0], [0]
+
+def agent(prompt):
+    with _lock:
+        _now[0] += 1
+        _peak[0] = max(_peak[0], _now[0])
+    time.sleep(0.2)
+    with _lock:
+        _now[0] -= 1
+    return "I can't help with that."
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    yield agent
+    with open(f"peak-{os.getpid()}.txt", "w") as out:
+        out.write(str(_peak[0]))
+"""
+
+THEIR_SCHEDULER = """
+from xdist.scheduler import LoadScheduling
+
+class TheirScheduling(LoadScheduling):
+    pass
+
+def pytest_xdist_make_scheduler(config, log):
+    return TheirScheduling(config, log)
+"""
+
+
+def dist_family(pytester: pytest.Pytester, n: int = 24) -> None:
+    fam = pytester.mkdir("dist")
+    (fam / "benchmark.yaml").write_text(BENCH)
+    scenarios = "".join(
+        f"  - id: dist-{i:03d}\n    weight: {1 / n}\n    input: request {i}\n"
+        "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
+        for i in range(n)
+    )
+    (fam / "a.yaml").write_text(
+        "metadata: {article: A, pillar: p, control_id: dist.a, title: T, severity: low}\n"
+        "scenarios:\n" + scenarios
+    )
+    pytester.makeini("[pytest]\naddopts = -p no:benchmark -p no:asyncio -p no:cacheprovider\n")
+
+
+def test_under_n_2_the_workers_look_ahead_with_the_fed_load(pytester: pytest.Pytester) -> None:
+    """Each worker has calls of the items ahead of it in flight: its subject is in more
+    than one call at once (without looking ahead, it would be in one at a time)."""
+    dist_family(pytester)
+    pytester.makeconftest(SUBJECT)
+    result = pytester.runpytest("--bench=dist", "-n", "2", "-v", "--agenteval-concurrency=8")
+    result.assert_outcomes(passed=24)
+    result.stdout.fnmatch_lines(["*scheduling tests via FedLoadScheduling*"])
+    peaks = [int(p.read_text()) for p in pytester.path.glob("peak-*.txt")]
+    assert len(peaks) == 2 and all(peak >= 2 for peak in peaks), peaks
+    assert max(peaks) <= 4  # each worker's share of --agenteval-concurrency=8
+
+
+def test_a_conftests_own_scheduler_is_kept(pytester: pytest.Pytester) -> None:
+    dist_family(pytester, n=6)
+    pytester.makeconftest(SUBJECT + THEIR_SCHEDULER)
+    result = pytester.runpytest("--bench=dist", "-n", "2", "-v")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*scheduling tests via TheirScheduling*"])
