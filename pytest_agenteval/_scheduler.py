@@ -48,6 +48,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 _WAKE_S = 0.5
+#: How long after an item first waits for its calls the warm-up starts
+#: (:meth:`Scheduler.while_waiting`): by then the first calls are written, and the
+#: warm-up's imports overlap their wait for an answer rather than their sending. At
+#: 200 scenarios with a judge answering in 200 ms and concurrency 16, 8 pairs of
+#: runs: started at once 3.82 s, after 0.03 s 3.75 s, after 0.08 s 3.70 s, after
+#: 0.15 s 3.72 s. Answers that come sooner find the modules imported when needed,
+#: as without any warm-up (which measured the same as starting at once).
+WARM_AFTER_S = 0.1
 
 
 class _Interrupted(AgentevalError):
@@ -104,6 +112,7 @@ class Scheduler:
         self._subject_locks: dict[int, asyncio.Lock] = {}
         self.tasks: dict[str, asyncio.Future[ScenarioRun]] = {}
         self._idle_work: list[Callable[[], object]] = []
+        self._idle_armed = False
 
     @property
     def limiter(self) -> CallSlots:
@@ -122,20 +131,24 @@ class Scheduler:
         return self._loop
 
     def while_waiting(self, work: Callable[[], object]) -> None:
-        """Run *work* on a daemon thread the first time an item waits for its calls.
+        """Run *work* on a daemon thread :data:`WARM_AFTER_S` after an item first waits
+        for its calls.
 
         For what the run needs only later, such as the modules of the reports, imported
         when the first record arrives: done on the main thread then, that took about a
         third of a second here, in which no answer was read and no call started (the
-        loop runs on that thread). Done while the first calls are out, it overlaps them;
-        the lock the interpreter hands over every few milliseconds keeps the loop
-        running meanwhile. What *work* raises is dropped: the same import made when it
-        is needed raises there.
+        loop runs on that thread). Done while the first calls wait for their answers, it
+        overlaps them; the lock the interpreter hands over every few milliseconds keeps
+        the loop running meanwhile. Started at once, it competed for that lock with the
+        sending of the first calls. What *work* raises is dropped: the same import made
+        when it is needed raises there.
         """
         self._idle_work.append(work)
 
     def _start_idle_work(self) -> None:
-        work, self._idle_work = self._idle_work, []
+        work, self._idle_work, self._idle_armed = self._idle_work, [], False
+        if not work:
+            return
 
         def target() -> None:
             try:
@@ -166,8 +179,9 @@ class Scheduler:
         SIGTERM) only once the main thread wakes.
         """
         loop = self._ensure_loop()
-        if self._idle_work and not future.done():
-            self._start_idle_work()
+        if self._idle_work and not future.done() and not self._idle_armed:
+            self._idle_armed = True
+            loop.call_later(WARM_AFTER_S, self._start_idle_work)
         try:
             if _loop_running_here():
                 _run_on_a_thread(loop, future)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pytest_agenteval import RulesJudge
+from pytest_agenteval import _scheduler as scheduler_module
 from pytest_agenteval._collect import ScenarioItem
 from pytest_agenteval._scheduler import Scheduler
 from pytest_agenteval.judges._base import Grade, GradeRequest
@@ -553,6 +554,22 @@ def test_work_while_waiting_runs_once_on_a_thread_beside_the_calls(
     assert scheduler.wait(scheduler.submit(call())) == "answer"
     settle(scheduler, lambda: len(ran) >= 1)
     assert ran == ["agenteval-warm-up"]
+
+
+def test_work_while_waiting_starts_after_the_first_calls_are_written(
+    make_scheduler: Callable[[int], Scheduler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started as soon as an item waited, the work competed for the interpreter's lock with
+    the sending of the first calls; it starts WARM_AFTER_S later, while the loop runs."""
+    monkeypatch.setattr(scheduler_module, "WARM_AFTER_S", 0.5)
+    scheduler = make_scheduler(2)
+    ran: list[str] = []
+    scheduler.while_waiting(lambda: ran.append("work"))
+    assert scheduler.run_coro(asyncio.sleep(0.01, "answer")) == "answer"
+    assert ran == []  # not yet
+    settle(scheduler, lambda: ran == ["work"])
+    scheduler.run_coro(asyncio.sleep(0.6))
+    assert ran == ["work"]  # once
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
