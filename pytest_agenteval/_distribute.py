@@ -36,6 +36,8 @@ from typing import Any
 
 from xdist.scheduler import LoadScheduling
 
+from ._scheduler import look_ahead_window
+from ._settings import worker_concurrency
 from ._vocab import is_benchmark_id
 
 __all__ = ["FedLoadScheduling", "fed_instead"]
@@ -46,14 +48,14 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
 
     def __init__(self, config: Any, log: Any = None, *, concurrency: int) -> None:
         super().__init__(config, log)
-        self.concurrency = max(1, concurrency)
+        self.concurrency = concurrency
         #: decided at :meth:`schedule`, once the collection is known: benchmark items alone
         self.fed = False
 
     def depth(self) -> int:
         """Items a worker's queue needs: its window, the item it runs, the one held back."""
-        share = max(1, self.concurrency // max(1, len(self.node2pending)))
-        return 2 * share + 2
+        share = worker_concurrency(self.concurrency, len(self.node2pending))
+        return look_ahead_window(share) + 2
 
     def _top_up(self, node: Any) -> None:
         if self.fed and self.pending and not node.shutting_down:

@@ -58,6 +58,11 @@ _WAKE_S = 0.5
 WARM_AFTER_S = 0.1
 
 
+def look_ahead_window(concurrency: int) -> int:
+    """How many items ahead a process with *concurrency* calls in flight starts."""
+    return 2 * max(1, concurrency)
+
+
 class _Interrupted(AgentevalError):
     """A SystemExit raised in a task, carried to the caller of :meth:`Scheduler.wait`."""
 
@@ -106,7 +111,7 @@ class Scheduler:
         self.budget = budget or Budget(None)
         self.rates = dict(rates or {})
         self.concurrency = max(1, concurrency)
-        self.window = 2 * self.concurrency
+        self.window = look_ahead_window(self.concurrency)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limiter = CallSlots(self.concurrency)
         self._subject_locks: dict[int, asyncio.Lock] = {}
@@ -147,8 +152,6 @@ class Scheduler:
 
     def _start_idle_work(self) -> None:
         work, self._idle_work, self._idle_armed = self._idle_work, [], False
-        if not work:
-            return
 
         def target() -> None:
             try:

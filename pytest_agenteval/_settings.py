@@ -369,4 +369,9 @@ class RunSettings:
         """(concurrency, budget) of one of *workers* processes: shares of the run's limits."""
         workers = max(1, workers)
         budget = None if self.max_cost is None else self.max_cost / workers
-        return max(1, self.concurrency // workers), budget
+        return worker_concurrency(self.concurrency, workers), budget
+
+
+def worker_concurrency(concurrency: int, workers: int) -> int:
+    """One of *workers* processes' share of the run's *concurrency* (at least 1 each)."""
+    return max(1, concurrency // max(1, workers))
