@@ -18,24 +18,32 @@ settings of the ``gc`` module take most of that away:
 Together: 1.1-1.2 s -> 0.4 s of collector time at 3,000 items (``gc.callbacks``; the
 young passes 825 -> 116, the full ones 8 -> 3, all of them cheap).
 
-Both are undone by :meth:`QuietCollector.stop`, first thing in
-``pytest_unconfigure``, before pytest's own collections at the end (pytest
-8.4 to 9.0 make one in a cleanup, 9.1 and later one in ``pytest_unconfigure``
-too): they look for exceptions raised in finalizers, which ``-W error`` turns
-into a failed run, and see every object the run dropped, as in a run without
-this plugin. (Keeping the freeze through them saved 0.15 s at 200 items, and
-hid a cycle made before the items and dropped during them: its ``__del__``
-error no longer failed a ``-W error`` run. A test holds that it does.) A
-cleanup undoes both again should ``pytest_unconfigure`` not be reached. A host
-that calls ``pytest.main()`` gets its interpreter back as it was.
+At the end, first thing in ``pytest_unconfigure`` and before pytest's own
+collections (pytest 8.4 to 9.0 make one in a cleanup, 9.1 and later one in
+``pytest_unconfigure`` too), :meth:`QuietCollector.settle` unfreezes everything
+for one full pass of its own and freezes what survives it again. That pass is
+what pytest's look for: it finalizes every object the run dropped, frozen or not,
+while pytest's hook for exceptions raised in finalizers is installed, so that
+``-W error`` turns one into a failed run as without this plugin (a test holds
+that it does). pytest's own passes then walk only what is made after it: two full
+passes of some 50 ms each at 200 items become one. A cleanup, run after pytest's
+own, undoes the freeze and the threshold (:meth:`QuietCollector.stop`; it runs
+even when ``pytest_unconfigure`` is not reached), so the interpreter's
+collection at exit sees everything, and a host that calls ``pytest.main()`` gets
+its interpreter back as it was. (Keeping everything frozen through pytest's
+passes instead, with no pass of ours, hid a cycle made before the items and
+dropped during them: its ``__del__`` error no longer failed a ``-W error`` run.)
 
 Left alone: a session with any other test, ``--collect-only``, a collector a
 conftest froze already or turned off (``gc.disable()``, or a threshold of 0),
 and a threshold set higher than ours. A threshold changed during the run is
 kept as changed. What remains different while the items run: an object made
 before them and dropped in a reference cycle is reclaimed only at the end, not
-by a ``gc.collect()`` during the run; and :func:`gc.unfreeze` at the end also
-releases what the run's own code froze.
+by a ``gc.collect()`` during the run; such an object dropped after the
+plugin's last pass (in another plugin's ``pytest_unconfigure`` or cleanup) is
+finalized by the interpreter's collection at exit, where an error in its
+``__del__`` is printed, not turned into a warning by pytest; and
+:func:`gc.unfreeze` at the end also releases what the run's own code froze.
 """
 
 from __future__ import annotations
@@ -73,6 +81,16 @@ class QuietCollector:
     def freeze_since(self) -> None:
         """Once quietened: freeze what was made since (an SDK imported, a subject built)."""
         if self._frozen:
+            gc.freeze()
+
+    def settle(self) -> None:
+        """At the end, once: everything unfrozen and collected in one full pass (what the
+        run dropped is finalized, its errors seen by pytest's hook), then what survives
+        frozen again until :meth:`stop`, so pytest's own last passes walk only what is
+        made after."""
+        if self._frozen:
+            gc.unfreeze()
+            gc.collect()
             gc.freeze()
 
     def stop(self) -> None:

@@ -53,11 +53,12 @@ class GraderHooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        """The collector given back before pytest's own collections at the end (pytest 8.4+
-        makes one in a cleanup, 9.1+ one in its pytest_unconfigure too): they look for
-        exceptions in finalizers, which ``-W error`` makes a failed run, and must see
-        everything the run dropped, frozen or not."""
-        self.collector.stop()
+        """Before pytest's own collections at the end (pytest 8.4+ makes one in a cleanup,
+        9.1+ one in its pytest_unconfigure too), which look for exceptions in finalizers
+        (``-W error`` makes one a failed run): one full pass over everything the run
+        dropped, frozen or not, then what survives frozen again until the session's
+        cleanup, so that theirs walk only what is new (see :mod:`._collector`)."""
+        self.collector.settle()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Build judges and subjects once collection found benchmark items.

@@ -208,6 +208,7 @@ FREEZE_PROBE = """
 import gc, json, pathlib
 
 SEEN = []
+PASSES = []  # the frozen count at each full pass after pytest_unconfigure began
 MODE = {mode!r}
 
 
@@ -215,11 +216,24 @@ def seen():
     SEEN.append([gc.get_freeze_count(), gc.get_threshold()[0]])
 
 
+def on_pass(phase, info):
+    if phase == "start" and info["generation"] == 2:
+        PASSES.append(gc.get_freeze_count())
+
+
+def written():
+    # a conftest's cleanup: pushed before the plugin's and pytest's, so it runs after them
+    gc.callbacks.remove(on_pass)
+    seen()
+    pathlib.Path("frozen.json").write_text(json.dumps({{"seen": SEEN, "passes": PASSES}}))
+
+
 def pytest_configure(config):
     if MODE == "frozen by a conftest already":
         gc.freeze()
     elif MODE == "collector turned off by a conftest":
         gc.disable()
+    config.add_cleanup(written)
     seen()
 
 
@@ -233,7 +247,7 @@ def pytest_runtest_call(item):
 
 def pytest_unconfigure(config):
     seen()  # a conftest's hook: after the plugin's, before pytest's own last collections
-    pathlib.Path("frozen.json").write_text(json.dumps(SEEN))
+    gc.callbacks.append(on_pass)
 """
 
 
@@ -252,9 +266,10 @@ def test_the_collector_is_quietened_only_in_a_benchmark_only_run_and_restored_af
     demo: pytest.Pytester, mode: str
 ) -> None:
     """While a run of benchmark items alone runs, what existed before them is frozen out of
-    the garbage collector's passes and generation 0 waits for 10,000 allocations; both are
-    undone at pytest_unconfigure, before pytest's own last collections (this process calls
-    pytest in-process, as an IDE does). A session with any other test, or whose collector
+    the garbage collector's passes and generation 0 waits for 10,000 allocations. At
+    pytest_unconfigure, before pytest's own last collections, everything is unfrozen for one
+    full pass and what survives it frozen again; both settings are undone once the session
+    ends (this process calls pytest in-process, as an IDE does). A session with any other test, or whose collector
     a conftest froze or turned off, keeps the interpreter as it is; generations 1 and 2
     are never touched."""
     import gc
@@ -271,13 +286,19 @@ def test_the_collector_is_quietened_only_in_a_benchmark_only_run_and_restored_af
     try:
         result = demo.runpytest("--bench=demo", *args)
         assert result.ret in (0, 1), result.stdout.str()
-        (configured, *during, at_unconfigure) = json.loads((demo.path / "frozen.json").read_text())
+        probe = json.loads((demo.path / "frozen.json").read_text())
+        (configured, *during, at_unconfigure, at_end) = probe["seen"]
         assert len(during) >= 3
+        # at pytest_unconfigure, after the plugin's full pass: what survived it frozen again,
+        # so that pytest's own last passes walk only what is made after; unfrozen at cleanup
         if mode in ("benchmark only", "generations 1 and 2 changed during the run"):
-            assert configured == at_unconfigure == [0, threshold[0]]
+            assert configured == [0, threshold[0]]
+            assert at_unconfigure[0] > 0 and at_unconfigure[1] == YOUNG_THRESHOLD
+            assert at_end == [0, threshold[0]]
             assert all(count > 0 and young == YOUNG_THRESHOLD for count, young in during)
         elif mode == "generation 0 changed during the run":  # the user's setting is kept
-            assert configured == [0, threshold[0]] and at_unconfigure == [0, 12345]
+            assert configured == [0, threshold[0]] and at_unconfigure[1] == 12345
+            assert at_unconfigure[0] > 0 and at_end == [0, 12345]
             assert during[0] == [during[0][0], YOUNG_THRESHOLD] and during[0][0] > 0
             assert all(count > 0 and young == 12345 for count, young in during[1:])
         elif mode == "frozen by a conftest already":  # the conftest's objects stay frozen
@@ -285,7 +306,7 @@ def test_the_collector_is_quietened_only_in_a_benchmark_only_run_and_restored_af
             assert all(count <= configured[0] for count, _ in during)  # nothing added
             assert all(young == threshold[0] for _, young in [configured, *during])
         else:
-            assert configured == at_unconfigure == [0, threshold[0]]
+            assert configured == at_unconfigure == at_end == [0, threshold[0]]
             assert during == [[0, threshold[0]]] * len(during)
         if mode != "frozen by a conftest already":  # the session gave the interpreter back
             assert gc.get_freeze_count() == 0
@@ -300,6 +321,28 @@ def test_the_collector_is_quietened_only_in_a_benchmark_only_run_and_restored_af
         gc.unfreeze()
         gc.set_threshold(*threshold)
         gc.enable()
+
+
+def test_pytests_own_last_collections_walk_only_what_the_plugins_full_pass_left_new(
+    demo: pytest.Pytester,
+) -> None:
+    """pytest's passes at the end (one in a cleanup from 8.4, one more in its
+    pytest_unconfigure from 9.1; pytester in-process turns them off, hence a subprocess)
+    run after the plugin's own full pass, with what survived it frozen: each walks only what
+    was made since. After them, the session's cleanup unfreezes all and restores the
+    threshold, so the interpreter's pass at exit sees everything."""
+    import json
+
+    conftest = demo.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + FREEZE_PROBE.format(mode="benchmark only"))
+    result = demo.runpytest_subprocess("--bench=demo", "-p", "no:cacheprovider")
+    assert result.ret in (0, 1), result.stdout.str()
+    probe = json.loads((demo.path / "frozen.json").read_text())
+    (configured, *_during, at_unconfigure, at_end) = probe["seen"]
+    assert at_unconfigure[0] > 0 and at_end == configured and configured[0] == 0
+    if pytest.version_tuple >= (8, 4):
+        assert len(probe["passes"]) == (2 if pytest.version_tuple >= (9, 1) else 1)
+    assert all(frozen > 0 for frozen in probe["passes"]), probe
 
 
 CYCLIC_LOG = """
