@@ -20,27 +20,34 @@ young passes 825 -> 116, the full ones 8 -> 3, all of them cheap).
 
 At the end, first thing in ``pytest_unconfigure`` and before pytest's own
 collections (pytest 8.4 to 9.0 make one in a cleanup, 9.1 and later one in
-``pytest_unconfigure`` too), :meth:`QuietCollector.settle` unfreezes everything
-for one full pass of its own and freezes what survives it again. That pass is
-what pytest's look for: it finalizes every object the run dropped, frozen or not,
-while pytest's hook for exceptions raised in finalizers is installed, so that
-``-W error`` turns one into a failed run as without this plugin (a test holds
-that it does). pytest's own passes then walk only what is made after it: two full
-passes of some 50 ms each at 200 items become one. A cleanup, run after pytest's
-own, undoes the freeze and the threshold (:meth:`QuietCollector.stop`; it runs
-even when ``pytest_unconfigure`` is not reached), so the interpreter's
-collection at exit sees everything, and a host that calls ``pytest.main()`` gets
-its interpreter back as it was. (Keeping everything frozen through pytest's
-passes instead, with no pass of ours, hid a cycle made before the items and
-dropped during them: its ``__del__`` error no longer failed a ``-W error`` run.)
+``pytest_unconfigure`` too), :meth:`QuietCollector.thaw` unfreezes
+everything: those passes look for exceptions raised in finalizers (``-W error``
+turns one into a failed run) and must see every object the run dropped, frozen
+or not, as without this plugin (a test holds that they do). Last thing in
+``pytest_unconfigure``, :meth:`QuietCollector.refreeze` freezes what survived
+again, but only when a full pass ran in between (pytest 9.1+'s, or anyone's
+``gc.collect()``: generation 2's count in :func:`gc.get_stats` tells): pytest's
+pass in its cleanup then walks only what is new. One full pass at the end
+instead of two, some 50 ms each at 200 items; with no pass in between (pytest
+8.4 to 9.0, or pytester in-process, which turns them off) the next pass sees
+everything, as before. The plugin makes no pass of its own: one made the
+in-process sessions of this project's tests finalize, and report as theirs,
+files that other tests of the same process had left unclosed. A cleanup, run
+after pytest's own, undoes the freeze and the threshold
+(:meth:`QuietCollector.stop`; it runs even when ``pytest_unconfigure`` is not
+reached), so the interpreter's collection at exit sees everything, and a host
+that calls ``pytest.main()`` gets its interpreter back as it was. (Keeping
+everything frozen through pytest's passes hid a cycle made before the items
+and dropped during them: its ``__del__`` error no longer failed a ``-W error``
+run.)
 
 Left alone: a session with any other test, ``--collect-only``, a collector a
 conftest froze already or turned off (``gc.disable()``, or a threshold of 0),
 and a threshold set higher than ours. A threshold changed during the run is
 kept as changed. What remains different while the items run: an object made
 before them and dropped in a reference cycle is reclaimed only at the end, not
-by a ``gc.collect()`` during the run; such an object dropped after the
-plugin's last pass (in another plugin's ``pytest_unconfigure`` or cleanup) is
+by a ``gc.collect()`` during the run; such an object dropped after pytest's
+pass in ``pytest_unconfigure`` (in another plugin's, or a cleanup) is
 finalized by the interpreter's collection at exit, where an error in its
 ``__del__`` is printed, not turned into a warning by pytest; and
 :func:`gc.unfreeze` at the end also releases what the run's own code froze.
@@ -64,6 +71,7 @@ class QuietCollector:
     def __init__(self) -> None:
         self._frozen = False
         self._young: int | None = None  # generation 0's threshold before ours
+        self._full_passes: int | None = None  # generation 2's collections at thaw()
 
     def start(self) -> None:
         """Quieten the collector for the run (once)."""
@@ -83,24 +91,37 @@ class QuietCollector:
         if self._frozen:
             gc.freeze()
 
-    def settle(self) -> None:
-        """At the end, once: everything unfrozen and collected in one full pass (what the
-        run dropped is finalized, its errors seen by pytest's hook), then what survives
-        frozen again until :meth:`stop`, so pytest's own last passes walk only what is
-        made after."""
+    def thaw(self) -> None:
+        """At the end, before pytest's own passes: everything unfrozen, so that they see all
+        the run dropped; the count of full passes so far kept for :meth:`refreeze`."""
         if self._frozen:
+            self._full_passes = _full_passes()
             gc.unfreeze()
-            gc.collect()
-            gc.freeze()
+
+    def refreeze(self) -> None:
+        """After ``pytest_unconfigure``'s hooks: when a full pass ran since :meth:`thaw`
+        (pytest 9.1+ makes one there), what survived it frozen again until :meth:`stop`,
+        so that the passes still to come (pytest's cleanup's) walk only what is new.
+        With no full pass since, nothing: the next one must see everything."""
+        if self._frozen and self._full_passes is not None:
+            if _full_passes() > self._full_passes:
+                gc.freeze()
+            self._full_passes = None
 
     def stop(self) -> None:
         """The interpreter as it was: unfrozen, and generation 0's threshold back unless
         changed since (generations 1 and 2 are never touched). Idempotent."""
         if self._frozen:
             self._frozen = False
+            self._full_passes = None
             gc.unfreeze()
         if self._young is not None:
             before, self._young = self._young, None
             now = gc.get_threshold()
             if now[0] == YOUNG_THRESHOLD:  # not changed since: generation 0's as it was
                 gc.set_threshold(before, *now[1:])
+
+
+def _full_passes() -> int:
+    """How many times generation 2 was collected (every full pass: automatic, or gc.collect())."""
+    return int(gc.get_stats()[2]["collections"])

@@ -55,10 +55,15 @@ class GraderHooks:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """Before pytest's own collections at the end (pytest 8.4+ makes one in a cleanup,
         9.1+ one in its pytest_unconfigure too), which look for exceptions in finalizers
-        (``-W error`` makes one a failed run): one full pass over everything the run
-        dropped, frozen or not, then what survives frozen again until the session's
-        cleanup, so that theirs walk only what is new (see :mod:`._collector`)."""
-        self.collector.settle()
+        (``-W error`` makes one a failed run): everything unfrozen, so that they see all
+        the run dropped (see :mod:`._collector`)."""
+        self.collector.thaw()
+
+    @pytest.hookimpl(trylast=True, specname="pytest_unconfigure")
+    def pytest_unconfigure_refreeze(self, config: pytest.Config) -> None:
+        """After pytest's pass in pytest_unconfigure (9.1+): what survived it frozen again, so
+        that its pass in a cleanup walks only what is new."""
+        self.collector.refreeze()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Build judges and subjects once collection found benchmark items.
