@@ -490,13 +490,16 @@ def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(
     import time
 
     env.batch.behave(polls=10_000)
-    killed = golden.popen([sys.executable, "-m", "pytest", *BATCH, "--judge=openai:gpt-4o-mini"])
-    deadline = time.monotonic() + 60
-    while not list((golden.path / ".agenteval").rglob("batch.json")):
-        assert time.monotonic() < deadline and killed.poll() is None, "no batch.json written"
-        time.sleep(0.05)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
+    # a context manager: the pipes pytester's popen opens are closed once it is killed
+    with golden.popen(
+        [sys.executable, "-m", "pytest", *BATCH, "--judge=openai:gpt-4o-mini"]
+    ) as killed:
+        deadline = time.monotonic() + 60
+        while not list((golden.path / ".agenteval").rglob("batch.json")):
+            assert time.monotonic() < deadline and killed.poll() is None, "no batch.json written"
+            time.sleep(0.05)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
     (pending,) = run_dirs(golden)
     # another batch with the same custom ids: the requests of another rubric
     rubric = golden.path / "demo" / "refuse.yaml"
