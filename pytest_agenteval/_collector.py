@@ -46,10 +46,13 @@ conftest froze already or turned off (``gc.disable()``, or a threshold of 0),
 and a threshold set higher than ours. A threshold changed during the run is
 kept as changed. What remains different while the items run: an object made
 before them and dropped in a reference cycle is reclaimed only at the end, not
-by a ``gc.collect()`` during the run; such an object dropped after pytest's
-pass in ``pytest_unconfigure`` (in another plugin's, or a cleanup) is
-finalized by the interpreter's collection at exit, where an error in its
-``__del__`` is printed, not turned into a warning by pytest; and
+by a ``gc.collect()`` during the run; and any object alive at pytest's pass in
+``pytest_unconfigure`` and dropped in a reference cycle after it (in a
+``trylast`` ``pytest_unconfigure``, or a cleanup that runs before pytest's) is
+frozen again with the survivors and escapes pytest's pass in its cleanup: the
+interpreter's collection at exit finalizes it, and an error in its ``__del__``
+is printed there ("Exception ignored"), not turned into a warning that
+``-W error`` makes a failed run (a test holds that it is finalized and shown); and
 :func:`gc.unfreeze` at the end also releases what the run's own code froze.
 """
 

@@ -480,6 +480,55 @@ def test_a_finalizer_error_of_what_the_run_froze_fails_a_run_under_W_error(
         assert "PytestUnraisableExceptionWarning" in shown, shown
 
 
+MADE_DURING_DROPPED_LATE = """
+
+class _LateHolder:
+    # made during the run, dropped in a cycle by a cleanup that runs before pytest's own
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        with open("finalized.txt", "w") as out:
+            out.write("finalized")
+        raise RuntimeError("the late holder failed in __del__")
+
+
+LATE = []
+
+
+def pytest_runtest_call(item):
+    if not LATE:
+        LATE.append(_LateHolder())
+
+
+def pytest_sessionstart(session):
+    session.config.add_cleanup(LATE.clear)
+"""
+
+
+def test_what_is_dropped_after_pytests_first_last_pass_is_finalized_at_exit(
+    demo: pytest.Pytester,
+) -> None:
+    """The price of freezing again after pytest's pass in pytest_unconfigure (a limit the
+    README states): an object alive then and dropped in a cycle afterwards (in a cleanup
+    that runs before pytest's, or in a trylast pytest_unconfigure) escapes pytest's pass
+    in its cleanup. Nothing is lost: the interpreter's collection at exit finalizes it
+    and its error is shown there, but as "Exception ignored", which ``-W error`` does not
+    turn into a failed run."""
+    conftest = demo.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + MADE_DURING_DROPPED_LATE)
+    result = demo.runpytest_subprocess(
+        "--bench=demo",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "error::pytest.PytestUnraisableExceptionWarning",
+    )
+    shown = result.stdout.str() + result.stderr.str()
+    assert (demo.path / "finalized.txt").read_text() == "finalized"
+    assert "the late holder failed in __del__" in shown, shown
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_benchmark_items_reports_share_one_copy_of_its_keywords(
     demo: pytest.Pytester, workers: list[str]
