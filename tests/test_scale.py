@@ -414,19 +414,27 @@ def test_what_a_cyclic_object_buffered_is_still_written_at_exit(demo: pytest.Pyt
     assert len(logged) >= 9 and all("demo/" in line for line in logged), logged
 
 
-DROPPED_IN_A_CYCLE = """
+def holder_class(name: str, message: str) -> str:
+    """A conftest's class whose object holds itself (a reference cycle) and whose
+    ``__del__`` writes finalized.txt, then raises *message*."""
+    return f"""
 
-class _Holder:
-    # made when the conftest is imported (before the items run: frozen with them),
-    # dropped during the run in a reference cycle, with a __del__ that writes, then fails
+class {name}:
     def __init__(self):
         self.me = self
 
     def __del__(self):
         with open("finalized.txt", "w") as out:
             out.write("finalized")
-        raise RuntimeError("the conftest's holder failed in __del__")
+        raise RuntimeError("{message}")
+"""
 
+
+# made when the conftest is imported (before the items run: frozen with them), dropped
+# during the run in a reference cycle
+DROPPED_IN_A_CYCLE = (
+    holder_class("_Holder", "the conftest's holder failed in __del__")
+    + """
 
 HOLDER = _Holder()
 
@@ -435,6 +443,7 @@ def pytest_runtest_call(item):
     global HOLDER
     HOLDER = None
 """
+)
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
@@ -453,6 +462,22 @@ def test_what_the_run_froze_and_then_dropped_is_still_finalized_and_its_error_sh
     assert "the conftest's holder failed in __del__" in shown, shown
 
 
+def finalized_under_W_error(demo: pytest.Pytester, message: str) -> tuple[pytest.RunResult, str]:
+    """The demo run under ``-W error`` for unraisable exceptions: the holder's ``__del__`` ran
+    (it wrote finalized.txt) and its error, *message*, was shown."""
+    result = demo.runpytest_subprocess(
+        "--bench=demo",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "error::pytest.PytestUnraisableExceptionWarning",
+    )
+    shown = result.stdout.str() + result.stderr.str()
+    assert (demo.path / "finalized.txt").read_text() == "finalized"
+    assert message in shown, shown
+    return result, shown
+
+
 def test_a_finalizer_error_of_what_the_run_froze_fails_a_run_under_W_error(
     demo: pytest.Pytester,
 ) -> None:
@@ -465,33 +490,16 @@ def test_a_finalizer_error_of_what_the_run_froze_fails_a_run_under_W_error(
     conftest.write_text(conftest.read_text() + DROPPED_IN_A_CYCLE)
     result = demo.runpytest_subprocess("--bench=demo", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()  # the gate passes: only the warning fails it
-    result = demo.runpytest_subprocess(
-        "--bench=demo",
-        "-p",
-        "no:cacheprovider",
-        "-W",
-        "error::pytest.PytestUnraisableExceptionWarning",
-    )
-    shown = result.stdout.str() + result.stderr.str()
-    assert (demo.path / "finalized.txt").read_text() == "finalized"
-    assert "the conftest's holder failed in __del__" in shown, shown
+    result, shown = finalized_under_W_error(demo, "the conftest's holder failed in __del__")
     if pytest.version_tuple >= (9, 1):
         assert result.ret != 0, shown
         assert "PytestUnraisableExceptionWarning" in shown, shown
 
 
-MADE_DURING_DROPPED_LATE = """
-
-class _LateHolder:
-    # made during the run, dropped in a cycle by a cleanup that runs before pytest's own
-    def __init__(self):
-        self.me = self
-
-    def __del__(self):
-        with open("finalized.txt", "w") as out:
-            out.write("finalized")
-        raise RuntimeError("the late holder failed in __del__")
-
+# made during the run, dropped in a cycle by a cleanup that runs before pytest's own
+MADE_DURING_DROPPED_LATE = (
+    holder_class("_LateHolder", "the late holder failed in __del__")
+    + """
 
 LATE = []
 
@@ -504,6 +512,7 @@ def pytest_runtest_call(item):
 def pytest_sessionstart(session):
     session.config.add_cleanup(LATE.clear)
 """
+)
 
 
 def test_what_is_dropped_after_pytests_first_last_pass_is_finalized_at_exit(
@@ -517,16 +526,7 @@ def test_what_is_dropped_after_pytests_first_last_pass_is_finalized_at_exit(
     turn into a failed run."""
     conftest = demo.path / "conftest.py"
     conftest.write_text(conftest.read_text() + MADE_DURING_DROPPED_LATE)
-    result = demo.runpytest_subprocess(
-        "--bench=demo",
-        "-p",
-        "no:cacheprovider",
-        "-W",
-        "error::pytest.PytestUnraisableExceptionWarning",
-    )
-    shown = result.stdout.str() + result.stderr.str()
-    assert (demo.path / "finalized.txt").read_text() == "finalized"
-    assert "the late holder failed in __del__" in shown, shown
+    finalized_under_W_error(demo, "the late holder failed in __del__")
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
