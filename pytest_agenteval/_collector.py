@@ -106,7 +106,7 @@ class QuietCollector:
         (pytest 9.1+ makes one there), what survived it frozen again until :meth:`stop`,
         so that the passes still to come (pytest's cleanup's) walk only what is new.
         With no full pass since, nothing: the next one must see everything."""
-        if self._frozen and self._full_passes is not None:
+        if self._full_passes is not None:  # set by thaw() only while frozen by us
             if _full_passes() > self._full_passes:
                 gc.freeze()
             self._full_passes = None

@@ -266,12 +266,12 @@ def test_the_collector_is_quietened_only_in_a_benchmark_only_run_and_restored_af
     demo: pytest.Pytester, mode: str
 ) -> None:
     """While a run of benchmark items alone runs, what existed before them is frozen out of
-    the garbage collector's passes and generation 0 waits for 10,000 allocations. At
-    pytest_unconfigure, before pytest's own last collections, everything is unfrozen for one
-    full pass and what survives it frozen again; both settings are undone once the session
-    ends (this process calls pytest in-process, as an IDE does). A session with any other test, or whose collector
-    a conftest froze or turned off, keeps the interpreter as it is; generations 1 and 2
-    are never touched."""
+    the garbage collector's passes and generation 0 waits for 10,000 allocations. First
+    thing in pytest_unconfigure, before pytest's own last collections, everything is
+    unfrozen (frozen again after pytest's pass there, which pytester in-process turns off);
+    both settings are undone once the session ends (this process calls pytest in-process,
+    as an IDE does). A session with any other test, or whose collector a conftest froze or
+    turned off, keeps the interpreter as it is; generations 1 and 2 are never touched."""
     import gc
     import json
 
