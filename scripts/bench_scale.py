@@ -21,6 +21,10 @@ whole processes interleaved over the repeats,
   plugin's time beyond the bare loop while the loop had a thread of its own); each
   contender's context switches per item (children's rusage) are reported too;
 
+* ``async`` (with ``--async-subject``): the benchmark run again with the same subject
+  written ``async def``: no thread hop per call. The difference between ``pytest`` and
+  ``async`` is what running a sync subject on a thread of its own costs per item;
+
 and reports medians: ms per scenario of collection, ms per item of plugin
 work beyond the bare loop (``(pytest - bare - startup) / N`` where start-up
 is ``pytest --collect-only`` on a one-scenario family), and each process's
@@ -83,6 +87,10 @@ def test_item(i):
 """
 
 
+#: The benchmark's subject (``write_family``'s ``agent.py``), written ``async def``.
+ASYNC_AGENT = "async def answer(prompt):\n    return 'An answer to: ' + prompt\n"
+
+
 def prepare(work: Path, n: int) -> tuple[Path, list[str]]:
     """In *work*: the family of *n* scenarios, the bare loop and pytest's floor of *n* empty
     tests; returns the family and the floor's command (run in *work*)."""
@@ -136,6 +144,12 @@ def main() -> int:
         action="store_true",
         help="also run the benchmark held to one CPU (Linux): what thread hand-offs cost",
     )
+    parser.add_argument(
+        "--async-subject",
+        action="store_true",
+        help="also run the benchmark with the subject written async: what a sync subject's "
+        "thread costs",
+    )
     args = parser.parse_args()
 
     results: dict[int, dict[str, float]] = {}
@@ -162,6 +176,12 @@ def main() -> int:
             }
             if args.pinned:
                 cmds["pinned"] = cmds["pytest"]
+            if args.async_subject:
+                (work / "agent_async.py").write_text(ASYNC_AGENT)
+                cmds["async"] = (
+                    [a.replace("agent:answer", "agent_async:answer") for a in cmds["pytest"][0]],
+                    work,
+                )
             rows: list[dict[str, float]] = []
             for i in range(args.repeats):
                 row: dict[str, float] = {}
@@ -211,6 +231,11 @@ def main() -> int:
                 results[n]["pinned_s"] = round(med("pinned"), 2)
                 results[n]["pinned_ms_per_item"] = beyond_bare("", run="pinned")
                 results[n]["pinned_switches_per_item"] = round(med("pinned_csw") / n, 2)
+            if args.async_subject:
+                results[n]["async_s"] = round(med("async"), 2)
+                results[n]["async_cpu_s"] = round(med("async_cpu"), 2)
+                results[n]["async_cpu_ms_per_item"] = beyond_bare("_cpu", run="async")
+                results[n]["async_switches_per_item"] = round(med("async_csw") / n, 2)
             print(json.dumps({n: results[n]}), flush=True)
     if len(args.sizes) >= 2:
         a, b = sorted(args.sizes)[0], sorted(args.sizes)[-1]
@@ -223,6 +248,11 @@ def main() -> int:
         # time: what N more items cost each contender, start-up cancelled out
         ms = {k: per_item(f"{k}_s", 1000) for k in ("pytest", "bare", "floor")}
         cpu = {k: per_item(f"{k}_cpu_s", 1000) for k in ("pytest", "bare", "floor")}
+        extra: dict[str, float] = {}
+        if args.async_subject:
+            extra["async_cpu_ms_per_item_beyond_bare"] = round(
+                per_item("async_cpu_s", 1000) - cpu["bare"], 3
+            )
         print(
             json.dumps(
                 {
@@ -243,6 +273,7 @@ def main() -> int:
                     "cpu_ms_per_item_beyond_bare_and_pytest_floor": round(
                         cpu["pytest"] - cpu["bare"] - cpu["floor"], 3
                     ),
+                    **extra,
                 }
             )
         )
