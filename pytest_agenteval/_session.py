@@ -682,7 +682,12 @@ class AgentevalState:
             )
         if self.subject_spec:
             return f"--subject {self.subject_spec}"
-        return "the agenteval_subject fixture (its file is named when it is set up)"
+        # the header comes before collection, when a conftest further down may still define
+        # the fixture: what to look for, not a claim that one exists
+        return (
+            "from an agenteval_subject fixture, no --subject given (named where it is defined "
+            "once set up; without one the run stops before any call)"
+        )
 
     def subject_for(self, item: ScenarioItem, fixture_value: object = None) -> Callable[..., Any]:
         if self.subject_spec:

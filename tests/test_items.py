@@ -161,6 +161,9 @@ def test_missing_subject_is_one_clear_usage_error(
     out = result.stdout.str()
     assert "agenteval: no subject — pass --subject=module:callable" in out
     assert "fixture 'agenteval_subject' not found" not in out  # pytest's long listing
+    # the header, written before collection, says what it looks for, not that a fixture exists
+    result.stdout.fnmatch_lines(["agenteval: subject from an agenteval_subject fixture, no *"])
+    assert "the agenteval_subject fixture (" not in out
     assert "_pytest.outcomes.Exit" not in out and "gate:" not in out
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert not (pytester.path / ".agenteval").exists()
