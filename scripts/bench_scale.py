@@ -35,7 +35,8 @@ server runs in this process, so its work is not counted) is reported beside
 the wall time: on a shared virtual machine wall time per item wanders with
 the host's load, and CPU time less. Nothing leaves loopback. Usage::
 
-    python scripts/bench_scale.py [--sizes 2000 10000] [--concurrency 32] [--repeats 3]
+    python scripts/bench_scale.py [--sizes 2000 10000] [--concurrency 32] [--repeats 3] \
+        [--pinned] [--async-subject]
 """
 
 from __future__ import annotations
