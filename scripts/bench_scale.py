@@ -88,10 +88,6 @@ def test_item(i):
 """
 
 
-#: The benchmark's subject (``write_family``'s ``agent.py``), written ``async def``.
-ASYNC_AGENT = "async def answer(prompt):\n    return 'An answer to: ' + prompt\n"
-
-
 def prepare(work: Path, n: int) -> tuple[Path, list[str]]:
     """In *work*: the family of *n* scenarios, the bare loop and pytest's floor of *n* empty
     tests; returns the family and the floor's command (run in *work*)."""
@@ -178,7 +174,8 @@ def main() -> int:
             if args.pinned:
                 cmds["pinned"] = cmds["pytest"]
             if args.async_subject:
-                (work / "agent_async.py").write_text(ASYNC_AGENT)
+                # the subject write_family wrote, the same body written async def
+                (work / "agent_async.py").write_text("async " + (work / "agent.py").read_text())
                 cmds["async"] = (
                     [a.replace("agent:answer", "agent_async:answer") for a in cmds["pytest"][0]],
                     work,
