@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 from ._collect import NO_SUBJECT, ScenarioItem
 from ._compat import is_agenteval_dir
 from ._evals import GRADE_PART_KINDS, EvalResult, injection_suspected
-from ._family import Family, Plan, build_tree, is_family_dir
+from ._family import Article, Family, Plan, build_tree, is_family_dir
 from ._gate import GateOutcome, decide_gate
 from ._grader import error_record
 from ._replay import ReplayLog
@@ -323,6 +324,8 @@ class Aggregator:
         self.reported: set[str] = set()
         self.started = False  # an item's protocol began (its calls may have been made)
         self._id_index: dict[str, dict[str, ItemRef]] | None = None
+        self._tails: set[str] | None = None  # see ours()
+        self._ours_by_file: dict[str, bool] = {}
         #: node id -> (report, facts): a quiet pass's report, slimmed at its teardown
         self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
         self._facts_pending: dict[str, dict[str, Any]] = {}  # set aside, report not yet logged
@@ -581,11 +584,54 @@ class Aggregator:
                     return replace(ref, nodeid=nodeid)
         return None
 
+    def ours(self, nodeid: str) -> bool:
+        """Is *nodeid* one of this plugin's items: a scenario of an article file of the
+        run's families, or an entry of a golden file (the only ``.jsonl`` files collected)?
+        Another plugin's test of a ``.yaml`` file is not. Serial, the items say; on an xdist
+        controller, the file part of a node id a worker announced is matched (once per file)
+        to the families' article files."""
+        if self.expected or self.expected_other:  # this process collected them
+            return nodeid in self.expected or nodeid in self.expected_other
+        if nodeid in self.reported:  # its record came in
+            return True
+        path_part = nodeid.partition("::")[0]
+        known = self._ours_by_file.get(path_part)
+        if known is None:
+            if self._tails is None:
+                self._tails = {tail for tail, *_ in self._article_files()}
+            known = path_part.endswith(".jsonl") or any(
+                path_part == t or path_part.endswith("/" + t) for t in self._tails
+            )
+            self._ours_by_file[path_part] = known
+        return known
+
     def _build_id_index(self) -> dict[str, dict[str, ItemRef]]:
         """``family-folder/article.yaml`` -> item name -> ItemRef, for the run's families."""
         from ._collect import _suffix
 
         index: dict[str, dict[str, ItemRef]] = {}
+        for tail, family, plan, article in self._article_files():
+            root = str(article.path) if family.single_file else str(family.root)
+            refs = index.setdefault(tail, {})
+            for scenario in article.scenarios:
+                for condition in self.run.conditions or [None]:
+                    for sample in range(plan.samples):
+                        name = scenario.id + _suffix(condition, sample, plan.samples)
+                        refs[name] = ItemRef(
+                            nodeid="",
+                            family_root=root,
+                            single_file=family.single_file,
+                            preset=plan.preset,
+                            scenario_id=scenario.id,
+                            sample=sample,
+                            condition=condition.name if condition else None,
+                        )
+        return index
+
+    def _article_files(self) -> Iterator[tuple[str, Family, Plan, Article]]:
+        """The article files of the run's families (those the command line names, and any
+        loaded already), each with the tail of its items' node ids
+        (``family-folder/article.yaml``; a single article file's own name)."""
         base = Path(self.run.config.invocation_params.dir)
         for arg in self.run.config.args:
             path = (base / str(arg).split("::", 1)[0]).resolve()
@@ -596,33 +642,17 @@ class Aggregator:
                     self.run.family(path.parent)
                 elif path.suffix in (".yaml", ".yml") and path.name != "benchmark.yaml":
                     self.run.single_family(path)
-        families = self.run.loaded_families()
-        for family in families:
+        for family in self.run.loaded_families():
             try:
                 plan = self.run.plan(family)
             except pytest.UsageError:
                 continue
             for article in family.articles:
                 if family.single_file:
-                    tail, root = article.path.name, str(article.path)
+                    tail = article.path.name
                 else:
-                    rel = article.path.relative_to(family.root).as_posix()
-                    tail, root = f"{family.root.name}/{rel}", str(family.root)
-                refs = index.setdefault(tail, {})
-                for scenario in article.scenarios:
-                    for condition in self.run.conditions or [None]:
-                        for sample in range(plan.samples):
-                            name = scenario.id + _suffix(condition, sample, plan.samples)
-                            refs[name] = ItemRef(
-                                nodeid="",
-                                family_root=root,
-                                single_file=family.single_file,
-                                preset=plan.preset,
-                                scenario_id=scenario.id,
-                                sample=sample,
-                                condition=condition.name if condition else None,
-                            )
-        return index
+                    tail = f"{family.root.name}/{article.path.relative_to(family.root).as_posix()}"
+                yield tail, family, plan, article
 
     def _plan_for(self, bucket: Collected) -> Plan:
         root = Path(bucket.family_root)

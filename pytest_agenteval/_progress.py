@@ -54,7 +54,6 @@ import pytest
 
 from ._cost import payload_usd
 from ._text import terminal_safe
-from ._vocab import is_benchmark_id
 
 if TYPE_CHECKING:
     from ._session import AgentevalState
@@ -299,8 +298,12 @@ class Progress:
         ids = seen.expected_ids
         if len(ids) != self._total_ids:  # recounted only when workers announce more
             self._total_ids = len(ids)
-            self._total = sum(1 for i in ids if is_benchmark_id(i))
+            self._total = sum(1 for i in ids if seen.ours(i))
         return self._total
+
+    def _ours(self, nodeid: str) -> bool:
+        seen = self.state.aggregator
+        return seen is not None and bool(seen.ours(nodeid))
 
     def report(self, report: pytest.TestReport) -> None:
         """Count one report (O(1)): an item done, an error, its cost."""
@@ -323,7 +326,7 @@ class Progress:
                 self.cost_unknown = True
             elif math.isfinite(usd):
                 self.cost += usd
-        elif report.failed and is_benchmark_id(report.nodeid):
+        elif report.failed and self._ours(report.nodeid):
             # one of ours without a record: a crashed worker, a fixture that raised
             self._seen.add(report.nodeid)
             self.done += 1

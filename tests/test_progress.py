@@ -354,3 +354,47 @@ def test_auto_draws_the_status_line_on_a_terminal(pytester: pytest.Pytester) -> 
     pytester.makeini("[pytest]\naddopts = -p no:benchmark -p no:asyncio\n")
     raw = run_in_terminal(pytester.path, "--bench=prog", "--agenteval-concurrency=1")
     assert re.search(rb"\x1b\[24;1H\x1b\[2Kagenteval: \d+/12 done", raw)
+
+
+#: Another plugin's tests of .yaml files (pytest's documented example of a non-Python test
+#: file): none of them is a benchmark item, and "bad" fails.
+OTHER_YAML = """
+
+class OtherYamlItem(pytest.Item):
+    def runtest(self):
+        assert self.name != "bad", "another plugin's test failed"
+
+
+class OtherYamlFile(pytest.File):
+    def collect(self):
+        for name in self.path.read_text().split():
+            yield OtherYamlItem.from_parent(self, name=name)
+
+
+def pytest_collect_file(parent, file_path):
+    if file_path.suffix == ".yaml" and file_path.name.startswith("test_"):
+        return OtherYamlFile.from_parent(parent, path=file_path)
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_other_plugins_yaml_tests_are_not_counted_as_benchmark_items(
+    pytester: pytest.Pytester, by_count_only: None, workers: list[str]
+) -> None:
+    """The total counts the benchmark's items only, and another plugin's failing test of a
+    .yaml file is not one of the benchmark's errors (under xdist, the controller collects
+    nothing: it used to count every .yaml node id a worker announced)."""
+    family(pytester)
+    conftest = pytester.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + OTHER_YAML)
+    names = " ".join(f"t{i}" for i in range(9)) + " bad"
+    pytester.makefile(".yaml", test_other=names)
+    result = pytester.runpytest(
+        ".", "--bench=prog", *workers, "--agenteval-progress=plain"
+    )  # the folder: a .yaml file named on the command line is a benchmark article
+    result.assert_outcomes(passed=27, failed=1, errors=2)
+    found = progress_lines(result.stdout.str())
+    assert found, result.stdout.str()
+    assert {int(m.group(2)) for m in found} == {N}
+    assert max(int(m.group(6)) for m in found) <= 2  # scenarios 5 and 15, never "bad"
+    assert all(int(m.group(1)) <= N for m in found)
