@@ -589,7 +589,7 @@ class Aggregator:
         run's families, or an entry of a golden file (the only ``.jsonl`` files collected)?
         Another plugin's test of a ``.yaml`` file is not. Serial, the items say; on an xdist
         controller, the file part of a node id a worker announced is matched (once per file)
-        to the families' article files."""
+        to the families' article files. On pytest's thread: it may load a family."""
         if self.expected or self.expected_other:  # this process collected them
             return nodeid in self.expected or nodeid in self.expected_other
         if nodeid in self.reported:  # its record came in
@@ -633,7 +633,7 @@ class Aggregator:
         loaded already), each with the tail of its items' node ids
         (``family-folder/article.yaml``; a single article file's own name)."""
         base = Path(self.run.config.invocation_params.dir)
-        for arg in self.run.config.args:
+        for arg in [*self.run.config.args, *self.run.bench_roots]:
             path = (base / str(arg).split("::", 1)[0]).resolve()
             with contextlib.suppress(SpecError, ValueError, OSError):
                 if is_family_dir(path) or is_agenteval_dir(path):

@@ -289,17 +289,24 @@ class Progress:
     # -- counting (main thread)
 
     def total(self) -> int:
-        """Items of ours in the run: collected here, or announced by the xdist workers."""
+        """Items of ours in the run: collected here, or announced by the xdist workers
+        (counted by :meth:`recount`; the drawing thread reads the last count)."""
         seen = self.state.aggregator
         if seen is None:  # an xdist worker shows no progress line of its own
             return 0
         if seen.expected or seen.expected_other:
             return len(seen.expected) + len(seen.expected_other)
-        ids = seen.expected_ids
-        if len(ids) != self._total_ids:  # recounted only when workers announce more
+        return self._total
+
+    def recount(self) -> None:
+        """On pytest's thread, once the xdist workers announced more node ids: how many are
+        the benchmark's. Matching them to the families' files may load a family, which the
+        drawing thread must not do beside pytest's."""
+        seen = self.state.aggregator
+        if seen is not None and len(seen.expected_ids) != self._total_ids:
+            ids = seen.expected_ids
             self._total_ids = len(ids)
             self._total = sum(1 for i in ids if seen.ours(i))
-        return self._total
 
     def _ours(self, nodeid: str) -> bool:
         seen = self.state.aggregator
@@ -307,6 +314,7 @@ class Progress:
 
     def report(self, report: pytest.TestReport) -> None:
         """Count one report (O(1)): an item done, an error, its cost."""
+        self.recount()
         payload = getattr(report, "agenteval", None)
         node = getattr(report, "node", None)
         flight = getattr(report, "agenteval_in_flight", None)
@@ -517,6 +525,13 @@ class ProgressPlugin:
         if self.state.is_worker and getattr(report, "agenteval", None) is not None:
             report.agenteval_in_flight = local_in_flight(self.state)  # type: ignore[attr-defined]
         return report
+
+    @pytest.hookimpl(optionalhook=True, trylast=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """A worker's node ids announced (the aggregator took them first): counted now,
+        so that the line has its total before the first report."""
+        if self.progress is not None:
+            self.progress.recount()
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
