@@ -133,28 +133,118 @@ def usd(amount: float) -> str:
 
 
 class Budget:
-    """Spend so far in this process; ``check`` refuses new calls once the limit is reached."""
+    """Spend so far in this process, and what its calls in flight are expected to cost.
+
+    A paid call is announced first (:meth:`reserve`). Its expected cost is what the calls
+    of the same model (the subject's, or a judge's) have cost on average so far, nothing
+    before the first is priced; the calls in flight are expected to cost the same, at
+    their model's average as it stands. A call is refused once what is spent reaches the
+    limit, or would pass it with what the calls in flight and the call itself are
+    expected to cost: the run stops starting calls before the budget is spent, not after,
+    and passes it only by what the calls in flight cost beyond their model's average, or,
+    before a model's first call is priced, by the first calls in flight (up to the
+    concurrency).
+    """
 
     def __init__(self, limit_usd: float | None, *, of_run: float | None = None) -> None:
         self.limit = limit_usd
         #: The run's whole budget, when *limit_usd* is one xdist worker's share of it.
         self.of_run = of_run
         self.spent = 0.0
+        self._open: dict[str, int] = {}  # model -> its paid calls in flight
+        self._priced: dict[str, tuple[float, int]] = {}  # model -> (dollars, calls) so far
         self._lock = threading.Lock()
 
-    def check(self) -> None:
-        if self.limit is not None and self.spent >= self.limit:
-            whose = (
-                f"this worker's share {usd(self.limit)} of the run's budget {usd(self.of_run)}"
-                if self.of_run is not None and self.of_run != self.limit
-                else f"budget of {usd(self.limit)}"
-            )
+    def expected(self, model: str | None) -> float:
+        """What a call of *model* is expected to cost: its calls' average so far, else 0."""
+        usd, calls = self._priced.get(model or "", (0.0, 0))
+        return usd / calls if calls else 0.0
+
+    def in_flight(self) -> float:
+        """What the paid calls in flight are expected to cost, at their models' averages."""
+        return sum(n * self.expected(model) for model, n in self._open.items() if n)
+
+    def check(self, expected: float = 0.0) -> None:
+        """Refuse a call (:class:`BudgetExceeded`) expected to cost *expected* once the
+        limit is reached by what is spent, or would be passed with what the calls in flight
+        and this one are expected to cost."""
+        if self.limit is None:
+            return
+        ahead = self.in_flight() + expected
+        within = not ahead or (math.isfinite(ahead) and self.spent + ahead <= self.limit)
+        if self.spent < self.limit and within:
+            return
+        whose = (
+            f"this worker's share {usd(self.limit)} of the run's budget {usd(self.of_run)}"
+            if self.of_run is not None and self.of_run != self.limit
+            else f"budget of {usd(self.limit)}"
+        )
+        if self.spent >= self.limit:
             raise BudgetExceeded(f"cost {whose} reached (spent ${self.spent:.4f}); not evaluated")
+        raise BudgetExceeded(
+            f"cost {whose} reached: {usd(self.spent)} spent, and the calls in flight with this "
+            f"one are expected to cost {usd(ahead)} more (at what their models' calls cost so "
+            "far); not evaluated"
+        )
+
+    def reserve(self, model: str | None, *, paid: bool = True) -> Bill:
+        """Before a call of *model*: counted in flight, or refused with
+        :class:`BudgetExceeded`. Settle the :class:`Bill` with what the call cost; one
+        left unsettled (the call failed) spends nothing. A call that is not *paid* (a
+        deterministic judge, a local model) is never refused nor counted in flight; what
+        it reports it cost is still spent."""
+        key = model or ""
+        if paid:
+            with self._lock:
+                self.check(self.expected(key))
+                self._open[key] = self._open.get(key, 0) + 1
+        return Bill(self, key, paid)
 
     def charge(self, cost: Cost) -> None:
+        """What a call that was not announced cost (a batch's answers)."""
         if cost.usd:
             with self._lock:
                 self.spent += cost.usd
+
+    def _settle(self, bill: Bill, cost: Cost | None) -> None:
+        with self._lock:
+            if bill.paid:
+                self._open[bill.model] -= 1
+            if cost is None or cost.usd is None:  # failed, or a model without a rate
+                return
+            self.spent += cost.usd
+            if math.isfinite(cost.usd):
+                total, calls = self._priced.get(bill.model, (0.0, 0))
+                self._priced[bill.model] = (total + cost.usd, calls + 1)
+
+
+class Bill:
+    """One call announced to the :class:`Budget`; a context manager that, on leaving,
+    takes the call out of those in flight unless :meth:`charge` settled it."""
+
+    def __init__(self, budget: Budget, model: str, paid: bool) -> None:
+        self.budget = budget
+        self.model = model
+        self.paid = paid
+        self._settled = False
+
+    def charge(self, cost: Cost) -> None:
+        """Settle with what the call cost (once; a second settlement does nothing)."""
+        if not self._settled:
+            self._settled = True
+            self.budget._settle(self, cost)
+
+    def release(self) -> None:
+        """The call failed: out of those in flight, nothing spent."""
+        if not self._settled:
+            self._settled = True
+            self.budget._settle(self, None)
+
+    def __enter__(self) -> Bill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def payload_usd(

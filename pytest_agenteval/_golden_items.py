@@ -249,23 +249,25 @@ class CalibrationItem(pytest.Item):
             name = getattr(judge, "name", "judge")
             live = not isinstance(judge, BatchedGrade) and not is_deterministic(judge)
             async with scheduler.limiter if live else NO_LIMIT:
-                if live and getattr(judge, "billable", True):
-                    try:
-                        scheduler.budget.check()
-                    except BudgetExceeded as exc:
-                        return EvalResult(
-                            self.entry.id, name, None, "error", kind="scenario", error=str(exc)
-                        )
-                graded = await grade_to_result(
-                    judge,
-                    request,
-                    key=self.entry.id,
-                    name=name,
-                    bands=self.article.bands,
-                    severity=self.article.meta.severity,
-                )
-            if not isinstance(judge, BatchedGrade):  # a batch's grades: charged as collected
-                scheduler.budget.charge(grade_cost(graded.meta, name, scheduler.rates))
+                try:
+                    bill = scheduler.budget.reserve(
+                        name, paid=live and bool(getattr(judge, "billable", True))
+                    )
+                except BudgetExceeded as exc:
+                    return EvalResult(
+                        self.entry.id, name, None, "error", kind="scenario", error=str(exc)
+                    )
+                with bill:
+                    graded = await grade_to_result(
+                        judge,
+                        request,
+                        key=self.entry.id,
+                        name=name,
+                        bands=self.article.bands,
+                        severity=self.article.meta.severity,
+                    )
+                    if not isinstance(judge, BatchedGrade):  # a batch's: charged as collected
+                        bill.charge(grade_cost(graded.meta, name, scheduler.rates))
             return graded
 
         graded = await asyncio.gather(*(one(judge) for judge in judges))

@@ -929,11 +929,14 @@ async def run_comparison(
     severity = scenario.severity or article.meta.severity
 
     async def answer(c: Contestant) -> SubjectCall:
+        model = getattr(c.subject, "name", None)
         async with c.lock, limiter:
-            budget.check()
-            return await call_subject(
-                c.subject, scenario.input, subject_context(scenario, c.side.condition)
-            )
+            with budget.reserve(model) as bill:
+                call = await call_subject(
+                    c.subject, scenario.input, subject_context(scenario, c.side.condition)
+                )
+                bill.charge(cost_of(model, call.response.usage, rates))
+                return call
 
     calls = await asyncio.gather(*(answer(c) for c in pair), return_exceptions=True)
     sides: dict[str, dict[str, object]] = {}
@@ -952,7 +955,6 @@ async def run_comparison(
             latency[c.side.key] = None
             continue
         spent = cost_of(getattr(c.subject, "name", None), call.response.usage, rates)
-        budget.charge(spent)
         subject_total = _plus(subject_total, spent)
         answers[c.side.key] = call.response.answer()
         withheld.update(call.withheld)
@@ -1016,11 +1018,12 @@ async def run_comparison(
             second=answers[shown[1]],
             max_chars=max_chars,
         )
+        model = getattr(judge, "name", None)
         async with limiter:
-            budget.check()
-            parsed, details = await judge.ask(prompt.text, rendered.user, PREFERENCE_CONTRACT)
-        spent = cost_of(getattr(judge, "name", None), details.get("usage"), rates)
-        budget.charge(spent)
+            with budget.reserve(model) as bill:
+                parsed, details = await judge.ask(prompt.text, rendered.user, PREFERENCE_CONTRACT)
+                spent = cost_of(model, details.get("usage"), rates)
+                bill.charge(spent)
         judge_total = _plus(judge_total, spent)
         said = str(parsed.get("preference"))  # "first", "second" or "tie": the contract checked it
         return {

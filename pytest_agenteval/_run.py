@@ -329,11 +329,14 @@ async def run_scenario(
     rates = rates or {}
     # this item's call_tool: the condition's MCP tools, each call recorded
     caller = condition.toolbox.caller() if condition and condition.toolbox else None
+    model = getattr(subject, "name", None)
     try:
         async with subject_lock, limiter:
-            budget.check()
-            context = subject_context(scenario, condition, sample, caller)
-            call = await call_subject(subject, scenario.input, context)
+            with budget.reserve(model) as bill:
+                context = subject_context(scenario, condition, sample, caller)
+                call = await call_subject(subject, scenario.input, context)
+                subject_cost = cost_of(model, call.response.usage, rates)
+                bill.charge(subject_cost)
     except ConfigError:
         raise
     except (BudgetExceeded, SubjectError) as exc:
@@ -346,8 +349,6 @@ async def run_scenario(
             None,
             mcp_calls=tuple(caller.calls) if caller is not None else (),
         )
-    subject_cost = cost_of(getattr(subject, "name", None), call.response.usage, rates)
-    budget.charge(subject_cost)
     answer = call.response.answer()
     if caller is not None and caller.calls and not answer.tool_calls:
         # a Python subject that called its MCP tools without reporting them: they count
@@ -384,30 +385,26 @@ async def run_scenario(
         # calls started ahead for later items
         asks = any(c.check is None for c in request.criteria) or not request.criteria
         calls = asks and not is_deterministic(judge)
+        model = getattr(judge, "name", None)
         async with limiter if calls else NO_LIMIT:
             try:
-                if getattr(judge, "billable", True) and calls:
-                    budget.check()
+                bill = budget.reserve(model, paid=calls and bool(getattr(judge, "billable", True)))
             except BudgetExceeded as exc:
                 return EvalResult(
-                    scenario.id,
-                    getattr(judge, "name", "judge"),
-                    None,
-                    "error",
-                    kind="scenario",
-                    error=str(exc),
+                    scenario.id, model or "judge", None, "error", kind="scenario", error=str(exc)
                 )
-            graded = await grade_to_result(
-                judge,
-                request,
-                key=scenario.id,
-                name=getattr(judge, "name", "judge"),
-                bands=article.bands,
-                severity=severity,
-            )
-        spent = cost_of(getattr(judge, "name", None), graded.meta.get("usage"), rates)
+            with bill:
+                graded = await grade_to_result(
+                    judge,
+                    request,
+                    key=scenario.id,
+                    name=model or "judge",
+                    bands=article.bands,
+                    severity=severity,
+                )
+                spent = cost_of(model, graded.meta.get("usage"), rates)
+                bill.charge(spent)
         judge_costs.append(spent)
-        budget.charge(spent)
         return graded
 
     async def grade_with_panel(req: GradeRequest) -> EvalResult:

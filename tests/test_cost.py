@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from fakellm import FakeLLMServer
@@ -67,13 +68,113 @@ def test_totals_in_summary_and_budget_stops_calls(demo: pytest.Pytester) -> None
     assert set(data["cost"]["pillars"]) == {"safety", "honesty"}
     for s in (demo.path / ".agenteval").rglob("summary.json"):
         s.unlink()
-    # each item costs $0.002: with a $0.003 budget the second item is the last one issued
+    # each item costs $0.002: with a $0.003 budget, a second one at the first's price would
+    # pass it; it is not issued (it used to be, spending $0.004)
     result = demo.runpytest(
         "--bench=demo", "--agenteval-concurrency=1", "--agenteval-max-cost=0.003"
     )
-    result.stdout.fnmatch_lines(["*cost budget of $0.003 reached*not evaluated*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*cost budget of $0.003 reached: $0.002 spent, and the calls in flight with this one"
+            " are expected to cost $0.002 more*not evaluated*"
+        ]
+    )
     outcomes = result.parseoutcomes()
-    assert (outcomes.get("passed"), outcomes.get("warned"), outcomes.get("errors")) == (1, 1, 1)
+    assert (outcomes.get("passed"), outcomes.get("warned"), outcomes.get("errors")) == (1, None, 2)
+    (summary,) = (demo.path / ".agenteval").rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["total"]["usd"] == pytest.approx(0.002)
+
+
+def test_a_call_that_would_pass_the_budget_with_those_in_flight_is_not_started() -> None:
+    budget = Budget(0.75)
+    with budget.reserve("m") as first:  # no price known yet: nothing expected
+        first.charge(Cost(0.25, 1, 1))
+    second, third = budget.reserve("m"), budget.reserve("m")  # 0.25 + 2 x 0.25 = 0.75: at it
+    assert budget.in_flight() == 0.5
+    with pytest.raises(
+        BudgetExceeded,
+        match=r"budget of \$0\.75 reached: \$0\.25 spent, and the calls in flight with this "
+        r"one are expected to cost \$0\.75 more",
+    ):
+        budget.reserve("m")  # 0.25 + 0.5 + 0.25 = 1.0
+    third.release()  # a call that failed: out of flight, nothing spent
+    assert (budget.spent, budget.in_flight()) == (0.25, 0.25)
+    fourth = budget.reserve("m")
+    second.charge(Cost(0.25, 1, 1))
+    fourth.charge(Cost(0.25, 1, 1))
+    fourth.charge(Cost(9.0, 1, 1))  # settled once
+    assert (budget.spent, budget.in_flight()) == (0.75, 0.0)
+    with pytest.raises(BudgetExceeded, match=r"budget of \$0\.75 reached \(spent \$0\.7500\)"):
+        budget.reserve("other")
+    with budget.reserve("rules", paid=False) as free:  # never refused, never in flight
+        assert budget.in_flight() == 0.0
+        free.charge(Cost(0.0, 0, 0))
+
+
+def test_a_price_learned_counts_for_the_calls_of_that_model_in_flight() -> None:
+    """The first calls go out before any price is known; once one is priced, the others
+    in flight count at that price. Each model at its own average."""
+    budget = Budget(1.0)
+    first, *others = [budget.reserve("judge") for _ in range(3)]
+    cheap = budget.reserve("subject")
+    cheap.charge(Cost(0.0, 10, 10))  # a model priced at nothing prices no other
+    assert budget.in_flight() == 0.0
+    first.charge(Cost(0.25, 1, 1))
+    assert budget.in_flight() == 0.5  # the two others, at 0.25 each
+    budget.reserve("judge")  # 0.25 + 0.5 + 0.25 = 1.0
+    with pytest.raises(BudgetExceeded):
+        budget.reserve("judge")
+    budget.reserve("subject")  # expected to cost nothing: started while anything is left
+    for bill in others:
+        bill.charge(Cost(math.inf, 1, 1))  # a count beyond any float: spent, not averaged
+    assert budget.spent == math.inf and budget.expected("judge") == 0.25
+    with pytest.raises(BudgetExceeded, match=r"reached \(spent \$inf\)"):
+        budget.reserve("subject")
+
+
+PRICED_SLOW = """
+import time
+import pytest
+from pytest_agenteval import Response
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    def agent(prompt):
+        time.sleep(0.05)
+        return Response("I can't help with that.", usage={"prompt_tokens": 1000, "completion_tokens": 1000})
+    agent.name = "priced-model"
+    return agent
+"""
+
+
+def test_calls_in_flight_do_not_carry_the_run_past_its_budget(pytester: pytest.Pytester) -> None:
+    """Eight calls in flight at $0.002 each and a budget of $0.021: ten are made, for $0.020.
+    Stopping only once the budget was spent, it used to make up to seven more."""
+    fam = pytester.mkdir("fam")
+    (fam / "benchmark.yaml").write_text(
+        "family: fam\npillars:\n  - {key: p, weight: 1.0}\npresets:\n  smoke: {controls: all}\n"
+    )
+    (fam / "a.yaml").write_text(
+        "metadata: {article: A, pillar: p, control_id: fam.a, title: T, severity: low}\n"
+        "scenarios:\n"
+        + "".join(
+            f"  - id: s{i:02d}\n    weight: {1 / 24}\n    input: request {i}\n"
+            "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
+            for i in range(24)
+        )
+    )
+    pytester.makeconftest(PRICED_SLOW)
+    pytester.makeini(
+        "[pytest]\naddopts = -p no:benchmark -p no:asyncio\n"
+        "agenteval_rates =\n    priced-model = 1.0 1.0\n"
+    )
+    result = pytester.runpytest(
+        "--bench=fam", "--agenteval-concurrency=8", "--agenteval-max-cost=0.021"
+    )
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("errors")) == (10, 14), result.stdout.str()
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["total"]["usd"] == pytest.approx(0.020)
 
 
 def test_a_workers_budget_is_its_share_of_the_run_and_says_so() -> None:
