@@ -47,9 +47,16 @@ def parse_rates(lines: Iterable[str]) -> dict[str, tuple[float, float]]:
         if not sep or len(parts) != 2:
             raise ValueError(f"agenteval_rates: expected 'model = input output', got {raw!r}")
         try:
-            rates[model.strip()] = (float(parts[0]), float(parts[1]))
+            prices_in, prices_out = float(parts[0]), float(parts[1])
         except ValueError:
-            raise ValueError(f"agenteval_rates: prices must be numbers in {raw!r}") from None
+            prices_in = prices_out = math.nan
+        if not all(math.isfinite(p) and p >= 0 for p in (prices_in, prices_out)):
+            # a negative price would turn the budget off; NaN or infinity would poison it
+            raise ValueError(
+                "agenteval_rates: prices must be numbers of 0 or more (dollars per 1M tokens) "
+                f"in {raw!r}"
+            )
+        rates[model.strip()] = (prices_in, prices_out)
     return rates
 
 

@@ -259,7 +259,11 @@ class AgentevalState:
         self._judges: list[Judge] | None = None
         self._subject: Callable[..., Any] | None = None
         self._subject_name = ""
-        self.rates = {**DEFAULT_RATES, **parse_rates(list(run.rates))}
+        try:
+            self.rates = {**DEFAULT_RATES, **parse_rates(list(run.rates))}
+        except ValueError as exc:  # a usage error before any call, naming the file
+            where = f" ({config.inipath})" if config.inipath else ""
+            raise pytest.UsageError(f"{exc}{where}") from None
         workerinput = getattr(config, "workerinput", {})
         workers = int(workerinput.get("workercount", 1))
         self.max_cost = run.max_cost

@@ -31,6 +31,23 @@ def test_rate_overrides_parse_and_reject_garbage() -> None:
     assert parse_rates(["my-model = 1.0 2.0  # local", ""]) == {"my-model": (1.0, 2.0)}
     with pytest.raises(ValueError, match="expected 'model = input output'"):
         parse_rates(["my-model 1.0 2.0"])
+    # a negative price would turn the budget off; NaN or infinity would poison it
+    for prices in ("-1000 2000", "nan 1", "1 inf", "1 x"):
+        with pytest.raises(ValueError, match="prices must be numbers of 0 or more"):
+            parse_rates([f"my-model = {prices}"])
+    assert parse_rates(["free = 0 0"]) == {"free": (0.0, 0.0)}
+
+
+@pytest.mark.parametrize("line", ["some-model = 1", "some-model = -1 2"])
+def test_a_bad_rate_line_is_a_usage_error_naming_the_file(
+    pytester: pytest.Pytester, line: str
+) -> None:
+    """Not an INTERNALERROR (exit 3) as it was: a usage error before any call (exit 4)."""
+    pytester.makeini(f"[pytest]\nagenteval_rates =\n    {line}\n")
+    result = pytester.runpytest("--bench=eu-ai-act")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: agenteval_rates: *{line!r}*tox.ini*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
 def test_budget() -> None:
