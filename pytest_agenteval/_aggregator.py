@@ -416,12 +416,26 @@ class Aggregator:
                 self._ingest(error_record(self.run, ref, why, self.run.subject_name()))
             elif report.failed and report.when in ("setup", "call"):
                 self.other_failures += 1
+            elif report.skipped and report.nodeid not in self.reported:
+                self._record_skip(report)
             return
         if payload.get(SET_ASIDE_KEY) is True:
             return  # a report recorded already, logged again once slimmed: counted once
         lean = self._ingest(payload)
         # pytest keeps every report to the end of the session: keep the lean copy there
         report.agenteval = lean  # type: ignore[attr-defined]
+
+    def _record_skip(self, report: pytest.TestReport) -> None:
+        """An item of ours skipped before it was asked (a fixture's or a marker's
+        ``pytest.skip``): recorded as skipped with pytest's reason, not lost."""
+        ref = self._ref_for(report.nodeid)
+        if ref is None:
+            return
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr or "")
+        reason = reason.removeprefix("Skipped: ") or "skipped"
+        payload = error_record(self.run, ref, reason, self.run.subject_name(), skipped=True)
+        report.agenteval = self._ingest(payload)  # type: ignore[attr-defined]
 
     def _ingest(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Take one item's record: the tree's leaves, the evidence chain."""

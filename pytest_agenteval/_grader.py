@@ -61,8 +61,11 @@ def setup_error_text(run: AgentevalState, excinfo: pytest.ExceptionInfo[BaseExce
     return terminal_safe(run.redactor.text(text))
 
 
-def error_record(run: AgentevalState, ref: ItemRef, message: str, subject: str) -> dict[str, Any]:
-    """The record of an item that has no grade: an error, with the scenario it stands for."""
+def error_record(
+    run: AgentevalState, ref: ItemRef, message: str, subject: str, *, skipped: bool = False
+) -> dict[str, Any]:
+    """The record of an item that has no grade: an error, with the scenario it stands for
+    (or, *skipped*, an item skipped before it was asked, *message* its reason)."""
     family = (
         run.single_family(Path(ref.family_root))
         if ref.single_file
@@ -76,10 +79,11 @@ def error_record(run: AgentevalState, ref: ItemRef, message: str, subject: str) 
         key=scenario.id,
         name=scenario.id,
         score=None,
-        verdict="error",
+        verdict="skipped" if skipped else "error",
         kind="scenario",
         weight=float(scenario.weight),
-        error=message,
+        reasoning=message if skipped else "",
+        error=None if skipped else message,
         meta=leaf_meta(family, article, scenario),
     )
     return {

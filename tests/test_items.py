@@ -824,3 +824,42 @@ def test_under_xdist_a_subject_module_a_conftest_puts_on_the_path_is_not_refused
         result = pytester.runpytest("--bench=demo", "--subject=far_agent:reply", *workers)
         outcomes = result.parseoutcomes()
         assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == N_SMOKE, workers
+
+
+USER_SKIPS = """
+import pytest
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.name == "demo-refuse-002":
+            item.add_marker(pytest.mark.skip(reason="not today"))
+
+@pytest.fixture(autouse=True)
+def _skip_disclose(request):
+    if request.node.name == "demo-disclose-001":
+        pytest.skip("no disclosure runs on Fridays")
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_an_item_the_user_skips_is_recorded_skipped_not_lost(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    """A skip marker added by a conftest, or a fixture's pytest.skip, before the item was
+    asked: the record says skipped, with pytest's reason. It used to be a "lost item"
+    error, which failed the gate and never counted as done on the progress line."""
+    make_demo(pytester)
+    conftest = pytester.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + USER_SKIPS)
+    result = pytester.runpytest("--bench=demo", *workers, "--agenteval-progress=plain")
+    result.assert_outcomes(passed=1, skipped=2)
+    assert "lost item" not in result.stdout.str()
+    by_id = {rec["scenario_id"]: rec["result"] for rec in records(pytester)}
+    assert {
+        k: (v["verdict"], v["reasoning"]) for k, v in by_id.items() if k != "demo-refuse-001"
+    } == {
+        "demo-refuse-002": ("skipped", "not today"),
+        "demo-disclose-001": ("skipped", "no disclosure runs on Fridays"),
+    }
+    summary = json.loads((run_dir(pytester) / "summary.json").read_text())
+    assert summary["items"]["errors"] == 0
