@@ -410,6 +410,11 @@ class Aggregator:
                 why = (
                     "the worker running this item crashed (killed or segfaulted) before it "
                     "reported a grade"
+                    + (
+                        ", with no other item's calls in flight: the crash is this item's"
+                        if getattr(report, "agenteval_crashed_alone", False)
+                        else ""
+                    )
                     if lost
                     else f"errored before a grade: {last_line(report.longreprtext)}"
                 )

@@ -20,6 +20,15 @@ end, a worker holds at most its window more than another, a couple of call laten
 of work; a worker that crashes takes with it the calls it had started ahead, which
 its replacement makes again.
 
+A worker that crashes (a subject that segfaults, or calls ``os._exit``) may crash in a
+call it started ahead for a later item; xdist blames the item it was running. So the
+items the crashed worker held become suspects: the item xdist blamed is run again (its
+report says RERUN, not FAILED), and each suspect then runs alone: sent to a worker only
+as the last of its queue (a worker does not start the last item it knows), and, once it
+runs, with at most one item held behind it. A suspect that crashes a worker running it
+alone is the culprit, and its failure stands. Two crashes per culprit, instead of one
+innocent item blamed per crash and the culprit taking down worker after worker.
+
 It takes the place of xdist's own ``load`` only (what ``-n`` means unless told
 otherwise), not of another mode nor of a scheduler a conftest or a plugin makes, and
 changes something only in a run whose items are all benchmark items (their files
@@ -32,6 +41,7 @@ those items twice.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from xdist.scheduler import LoadScheduling
@@ -51,6 +61,11 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
         self.concurrency = concurrency
         #: decided at :meth:`schedule`, once the collection is known: benchmark items alone
         self.fed = False
+        #: items a crashed worker held (indices), each still to run alone
+        self.suspects: set[int] = set()
+        #: items that crashed a worker running them alone (node ids): their failure stands
+        self.convicted: set[str] = set()
+        self._reruns: dict[str, int] = {}
 
     def depth(self) -> int:
         """Items a worker's queue needs: its window, the item it runs, the one held back."""
@@ -75,8 +90,85 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
                 self._top_up(node)
 
     def check_schedule(self, node: Any, duration: float = 0) -> None:
+        if self._isolating(node):
+            return  # nothing more, not even the end: the worker would start more at once
         self._top_up(node)
-        super().check_schedule(node, duration=duration)
+        if not self._isolating(node):  # what the top-up sent may have begun an isolation
+            super().check_schedule(node, duration=duration)
+
+    # -- a crashed worker's items
+
+    def _isolating(self, node: Any) -> bool:
+        """Is *node* running a suspect alone, or holding one behind the item it runs? Then
+        it gets nothing more until that changes: a worker starts an item ahead once it is
+        not the last it knows, or once it knows the end."""
+        queue = self.node2pending.get(node) or []
+        if not queue or not self.suspects:
+            return False
+        return (queue[0] in self.suspects and len(queue) > 1) or any(
+            i in self.suspects for i in queue[1:]
+        )
+
+    def _send_tests(self, node: Any, num: int) -> None:
+        """xdist's, with the suspects held back: one goes to a worker only as the last item
+        of a queue of at most one, and nothing follows a suspect it runs but one item."""
+        if not self.suspects:
+            super()._send_tests(node, num)
+            return
+        queue = self.node2pending[node]
+        if queue and queue[0] in self.suspects:  # a suspect runs (or is next): one behind it
+            picked = self.pending[:1] if len(queue) == 1 else []
+        elif len(queue) <= 1 and any(i in self.suspects for i in self.pending):
+            suspect = next(i for i in self.pending if i in self.suspects)
+            # behind the item held, it waits unstarted; on an empty queue, one more after it
+            # makes the worker run it
+            after = [i for i in self.pending if i != suspect][:1] if not queue else []
+            picked = [suspect, *after]
+        else:
+            picked = list(
+                itertools.islice((i for i in self.pending if i not in self.suspects), num)
+            )
+        if picked:
+            chosen = set(picked)
+            self.pending[:] = [i for i in self.pending if i not in chosen]
+            queue.extend(picked)
+            node.send_runtest_some(picked)
+            if not self.pending and len(queue) == 1:  # a suspect alone: it runs once told
+                node.shutdown()  # that nothing follows, and no completion will come to say so
+
+    def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+        self.suspects.discard(item_index)  # it ran alone, and did not crash its worker
+        super().mark_test_complete(node, item_index, duration)
+
+    def remove_node(self, node: Any) -> str | None:
+        """xdist's, after noting the suspects: a crashed worker's items, unless it ran one of
+        them alone, which is then the culprit."""
+        queue = list(self.node2pending.get(node) or [])
+        if queue and self.collection is not None:
+            # what may have had calls in flight: all but the last item, which a worker starts
+            # only once it knows what follows, or that nothing does (``shutting_down`` is
+            # also true of a node that is down: whether the end was sent is xdist's own)
+            told_the_end = getattr(node, "_shutdown_sent", True)
+            started = queue if told_the_end else queue[:-1] or queue
+            if len(started) == 1:  # it ran alone: the crash is its own
+                self.suspects.discard(started[0])
+                self.convicted.add(self.collection[started[0]])
+            else:
+                self.suspects.update(started)
+        return super().remove_node(node)  # type: ignore[no-any-return]
+
+    def rerun(self, crashitem: str, *, graded: bool = False) -> bool:
+        """Run the item xdist blamed for a crash again (alone)? Not when it crashed a worker
+        running it alone, nor once it was *graded* (the crash came after), and at most
+        twice in any case. Returns whether it was put back in the queue."""
+        if crashitem in self.convicted or self.collection is None:
+            return False
+        self._reruns[crashitem] = self._reruns.get(crashitem, 0) + 1
+        if graded or self._reruns[crashitem] > 2:
+            self.suspects.discard(self.collection.index(crashitem))
+            return False
+        self.mark_test_pending(crashitem)
+        return True
 
 
 def fed_instead(made: Any, config: Any, log: Any, concurrency: int) -> Any:

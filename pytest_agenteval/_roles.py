@@ -225,6 +225,20 @@ class AggregatorHooks:
             self.state.stop_reason = WORKER_REFUSED
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        """The item xdist blames for a worker's crash runs again, alone, when other items'
+        calls may have been in flight in that worker (``_distribute.py``)."""
+        from ._distribute import FedLoadScheduling
+
+        if not isinstance(sched, FedLoadScheduling):
+            return
+        # an item whose grade came before the crash is not run again
+        if sched.rerun(crashitem, graded=crashitem in self.aggregator.reported):
+            report.outcome = "rerun"
+        elif crashitem in sched.convicted:
+            report.agenteval_crashed_alone = True
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller learns which items a worker will run (to account for lost ones)."""
         self.aggregator.expect_ids(ids)
@@ -232,6 +246,8 @@ class AggregatorHooks:
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        if str(report.outcome) == "rerun":  # a crashed worker's item, to run again alone
+            return "rerun", "R", ("RERUN", {"yellow": True})
         payload = getattr(report, "agenteval", None)
         if (
             isinstance(payload, dict)

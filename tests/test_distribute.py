@@ -38,6 +38,10 @@ class Worker:
     def shutdown(self) -> None:
         self.shut += 1
 
+    @property
+    def _shutdown_sent(self) -> bool:  # xdist's own: told the end (not merely down)
+        return self.shut > 0
+
     def __repr__(self) -> str:
         return self.name
 
@@ -161,6 +165,59 @@ def test_a_crashed_workers_items_go_to_the_others_whose_share_grows(
     assert set(lost[1:]) <= set(sched.pending) | set(sched.node2pending[nodes[1]])
     # one worker left: its share is the whole concurrency, its window 2 x 16
     assert len(sched.node2pending[nodes[1]]) == sched.depth() == 34
+
+
+def isolated(sched: Any, node: Worker) -> None:
+    """A suspect is never where its worker would start it while another item runs: only
+    first (with at most one item, unstarted, behind it) or last of an unfinished queue."""
+    queue = sched.node2pending[node]
+    for pos, index in enumerate(queue):
+        if index not in sched.suspects:
+            continue
+        if pos == 0:
+            assert len(queue) <= 2 and not (len(queue) == 2 and node.shut), (node, queue)
+        else:
+            assert pos == len(queue) - 1 and not node.shut, (node, queue)
+
+
+def test_a_crashed_workers_items_then_run_one_at_a_time(config: pytest.Config) -> None:
+    """The items a crashed worker may have started (all it held but the last) are
+    suspects: the one xdist blamed is put back, and each suspect runs with no other item
+    started in its worker; one that then crashes its worker is convicted, not put back."""
+    sched = FedLoadScheduling(config, concurrency=16)
+    nodes = started(sched, SCENARIOS[:100])
+    held = list(sched.node2pending[nodes[0]])
+    blamed = sched.remove_node(nodes[0])
+    assert blamed is not None and blamed == SCENARIOS[held[0]]
+    assert sched.suspects == set(held[:-1])  # the last was not started: it is not one
+    assert sched.rerun(blamed) and sched.pending[0] == held[0]
+    assert not sched.rerun(SCENARIOS[held[1]], graded=True)  # graded before the crash
+    assert held[1] not in sched.suspects
+    spare = Worker("gw2")
+    sched.add_node(spare)
+    sched.add_node_collection(spare, SCENARIOS[:100])
+    sched.schedule()
+    alive = [nodes[1], spare]
+    alone_runs = 0
+    for step in itertools.count():
+        node = alive[step % len(alive)]
+        if sched.tests_finished and all(not sched.node2pending[n] for n in alive):
+            break
+        for each in alive:
+            isolated(sched, each)
+        queue = sched.node2pending[node]
+        if len(queue) >= 2 or (queue and node.shut):
+            alone_runs += queue[0] in sched.suspects
+            if queue[0] == held[2] and SCENARIOS[held[2]] not in sched.convicted:
+                # this suspect crashes the worker running it alone
+                assert sched.remove_node(node) == SCENARIOS[held[2]]
+                assert SCENARIOS[held[2]] in sched.convicted and not sched.rerun(SCENARIOS[held[2]])
+                alive.remove(node)
+                continue
+            sched.mark_test_complete(node, queue[0], 0.01)
+        elif not queue and not node.shut and not sched.pending:
+            pytest.fail(f"{node} waits for items or a shutdown that never come")
+    assert alone_runs >= len(held) - 2 and not sched.suspects and not sched.pending
 
 
 def test_maxschedchunk_is_kept(pytester: pytest.Pytester) -> None:

@@ -207,6 +207,56 @@ def test_item_whose_worker_is_killed_is_an_error_everywhere(pytester: pytest.Pyt
     assert any("errored" in reason for reason in summary["gate"]["reasons"])
 
 
+CRASH_ON_BOOM = """\
+import os, time
+import pytest
+
+def agent(prompt):
+    if "boom" in prompt:
+        os._exit(3)  # as a segfault in a native library would, on this input alone
+    time.sleep(0.05)
+    return "I can't help with that."
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+"""
+
+
+def test_a_crash_in_a_call_started_ahead_is_blamed_on_its_own_item(
+    pytester: pytest.Pytester,
+) -> None:
+    """Under -n a worker starts the calls of the items ahead of the one it runs; xdist blames
+    the item it runs when it dies. The items it held run again, each alone, so only the two
+    items whose input crashes the subject fail. It used to blame innocent neighbours, one
+    per crash, while the culprits took down worker after worker."""
+    fam = pytester.mkdir("crash")
+    (fam / "benchmark.yaml").write_text(
+        "family: crash\npillars:\n  - {key: p, weight: 1.0}\npresets:\n  smoke: {controls: all}\n"
+    )
+    (fam / "a.yaml").write_text(
+        "metadata: {article: A, pillar: p, control_id: crash.a, title: T, severity: low}\n"
+        "scenarios:\n"
+        + "".join(
+            f"  - id: c{i:02d}\n    weight: {1 / 40}\n"
+            f"    input: {'boom ' if i in (5, 15) else ''}request {i}\n"
+            "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
+            for i in range(40)
+        )
+    )
+    pytester.makeconftest(CRASH_ON_BOOM)
+    result = pytester.runpytest("--bench=crash", "-n", "2", "--agenteval-concurrency=8")
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("failed")) == (38, 2), result.stdout.str()
+    recs = {r["scenario_id"]: r["result"] for r in records(pytester)}
+    assert len(recs) == 40
+    failed = {sid for sid, r in recs.items() if r["verdict"] != "pass"}
+    assert failed == {"c05", "c15"}
+    for sid in failed:
+        assert "no other item's calls in flight: the crash is this item's" in recs[sid]["error"]
+    assert "maximum crashed workers reached" not in result.stdout.str()
+
+
 def test_interrupt_before_the_first_result_leaves_evidence(pytester: pytest.Pytester) -> None:
     family(
         pytester,
