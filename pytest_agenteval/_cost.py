@@ -82,6 +82,13 @@ def _rate(rates: Mapping[str, tuple[float, float]], model: str) -> tuple[float, 
     return rates[best] if best else None
 
 
+def rate_of(
+    model: str | None, rates: Mapping[str, tuple[float, float]]
+) -> tuple[float, float] | None:
+    """*model*'s rate (``openai:gpt-4o-mini``, or the bare model name), None without one."""
+    return _rate(rates, model.split(":", 1)[-1]) if model else None
+
+
 def cost_of(model: str | None, usage: object, rates: Mapping[str, tuple[float, float]]) -> Cost:
     """What *usage* (``prompt_tokens``/``completion_tokens``, as a subject or a judge
     reported it; anything but a mapping counts as none) cost at *model*'s rate."""
@@ -91,7 +98,7 @@ def cost_of(model: str | None, usage: object, rates: Mapping[str, tuple[float, f
     c = _tokens(usage.get("completion_tokens"))
     if not p and not c:
         return Cost(0.0, 0, 0)
-    rate = _rate(rates, model.split(":", 1)[-1]) if model else None
+    rate = rate_of(model, rates)
     try:
         usd = None if rate is None else (p * rate[0] + c * rate[1]) / 1_000_000
     except OverflowError:  # a count beyond any float: more than any budget

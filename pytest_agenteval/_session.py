@@ -26,7 +26,7 @@ import pytest
 from . import _settings as settings
 from ._collect import ScenarioItem
 from ._compat import is_agenteval_dir
-from ._cost import DEFAULT_RATES, WORKER_BUDGET, Budget, WorkerShares, parse_rates
+from ._cost import DEFAULT_RATES, WORKER_BUDGET, Budget, WorkerShares, parse_rates, rate_of
 from ._family import (
     Family,
     Plan,
@@ -350,6 +350,29 @@ class AgentevalState:
         if self.judge_default:
             return "rules (offline default: deterministic checks only — no judge configured)"
         return ", ".join(self.judge_specs)
+
+    def budget_notes(self) -> list[str]:
+        """Header warnings where ``--agenteval-max-cost`` cannot hold: a provider subject or
+        judge whose model has no rate (its calls are made, and counted in tokens only), and
+        ``--judge-batch`` (a call inside a batch is not stopped)."""
+        if self.max_cost is None:
+            return []
+        priced = [*self.judge_specs, *([self.subject_spec] if self.subject_spec else [])]
+        notes = [
+            f"agenteval: warning: --agenteval-max-cost cannot count the calls of {spec}: its "
+            "model has no rate (add one to agenteval_rates); they are made, and counted in "
+            "tokens only"
+            for spec in dict.fromkeys(str(s) for s in priced)
+            if spec.split(":", 1)[0] in {"openai", "anthropic"}
+            and rate_of(spec, self.rates) is None
+        ]
+        if self.settings.judge_batch:
+            notes.append(
+                "agenteval: warning: --agenteval-max-cost cannot stop a call inside a batch "
+                "(--judge-batch): the batch's grades are charged as they are collected, and the "
+                "live re-asks after them stop at the budget"
+            )
+        return notes
 
     # ------------------------------------------------------------------ calibration
 

@@ -486,6 +486,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         )
         return [
             f"agenteval: calibration of judge {state.judge_label()} · families {fams}",
+            *state.budget_notes(),
             *notes,
         ]
     if not state.bench_roots:
@@ -495,6 +496,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"agenteval: bench {fams} · preset {state.preset or 'smoke (default)'}",
         f"agenteval: judge {state.judge_label()}",
         f"agenteval: subject {state.subject_header()}",
+        *state.budget_notes(),
         *state.replay_notes(),
         *notes,
     ]

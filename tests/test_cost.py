@@ -304,3 +304,20 @@ def test_the_spend_a_report_shows_counts_calibration_grades_too() -> None:
     batched = {**meta, "batch": {"price_factor": 0.5, "usage": usage}}
     assert payload_usd({**live, "judge_meta": batched}, rates) == pytest.approx(1000e-6)
     assert payload_usd({"cost": {"total": {"usd": 0.25}}}, rates) == 0.25
+
+
+def test_the_header_warns_where_the_budget_cannot_hold(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A judge whose model has no rate is made and counted in tokens only: the budget
+    cannot count it, and the header says so before any call (it said nothing)."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # never called here
+    priced = "--judge=openai:gpt-4o-mini"
+    for judge, warned in ((priced, False), ("--judge=openai:mystery-model", True)):
+        result = pytester.runpytest(
+            "--bench=eu-ai-act", judge, "--agenteval-max-cost=1", "--collect-only"
+        )
+        line = "agenteval: warning: --agenteval-max-cost cannot count the calls of openai:"
+        assert (line in result.stdout.str()) is warned, result.stdout.str()
+    result = pytester.runpytest("--bench=eu-ai-act", "--judge=openai:mystery-model", "--co")
+    assert "cannot count" not in result.stdout.str()  # no budget, nothing to warn of
