@@ -165,6 +165,8 @@ class Budget:
         #: The run's whole budget, when *limit_usd* is one xdist worker's share of it.
         self.of_run = of_run
         self.spent = 0.0
+        #: a call was refused: this process's budget (an xdist worker's share) is used up
+        self.refused = False
         self._open: dict[str, int] = {}  # model -> its paid calls in flight
         self._priced: dict[str, tuple[float, int]] = {}  # model -> (dollars, calls) so far
         self._lock = threading.Lock()
@@ -188,6 +190,7 @@ class Budget:
         within = not ahead or (math.isfinite(ahead) and self.spent + ahead <= self.limit)
         if self.spent < self.limit and within:
             return
+        self.refused = True
         whose = (
             f"this worker's share {usd(self.limit)} of the run's budget {usd(self.of_run)}"
             if self.of_run is not None and self.of_run != self.limit

@@ -66,6 +66,8 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
         #: items that crashed a worker running them alone (node ids): their failure stands
         self.convicted: set[str] = set()
         self._reruns: dict[str, int] = {}
+        #: workers whose share of the budget is used up (their reports say so)
+        self.out_of_budget_nodes: set[Any] = set()
 
     def depth(self) -> int:
         """Items a worker's queue needs: its window, the item it runs, the one held back."""
@@ -89,7 +91,26 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
             for node in self.nodes:
                 self._top_up(node)
 
+    def out_of_budget(self, node: Any) -> None:
+        """*node*'s share of the budget is used up: while another worker has some left, it
+        gets no more items (each would fail at once, and the fast failures would pull the
+        rest of the run its way), and is told to finish what it holds."""
+        self.out_of_budget_nodes.add(node)
+        self.check_schedule(node)
+
+    def _retired(self, node: Any) -> bool:
+        if node not in self.out_of_budget_nodes:
+            return False
+        others = [n for n in self.node2pending if n is not node and not n.shutting_down]
+        if not any(n not in self.out_of_budget_nodes for n in others):
+            return False  # every worker is out: the items left get their errors anywhere
+        if not node.shutting_down and not self._isolating(node):
+            node.shutdown()
+        return True
+
     def check_schedule(self, node: Any, duration: float = 0) -> None:
+        if node.shutting_down or self._retired(node):
+            return
         if self._isolating(node):
             return  # nothing more, not even the end: the worker would start more at once
         self._top_up(node)

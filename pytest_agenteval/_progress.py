@@ -521,9 +521,12 @@ class ProgressPlugin:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, Any, Any]:
         report: pytest.TestReport = yield
-        # an xdist worker tells the controller how many of its calls are in flight
+        # an xdist worker tells the controller how many of its calls are in flight, and
+        # once its share of the budget is used up (the controller then feeds it no more)
         if self.state.is_worker and getattr(report, "agenteval", None) is not None:
             report.agenteval_in_flight = local_in_flight(self.state)  # type: ignore[attr-defined]
+            if self.state.scheduler.budget.refused:
+                report.agenteval_out_of_budget = True  # type: ignore[attr-defined]
         return report
 
     @pytest.hookimpl(optionalhook=True, trylast=True)

@@ -33,6 +33,7 @@ from .evidence._chain import json_safe_record
 
 if TYPE_CHECKING:
     from ._aggregator import Aggregator
+    from ._distribute import FedLoadScheduling
     from ._grader import Grader
     from ._session import AgentevalState
 
@@ -171,6 +172,7 @@ class AggregatorHooks:
     def __init__(self, state: AgentevalState, aggregator: Aggregator) -> None:
         self.state = state
         self.aggregator = aggregator
+        self.fed: FedLoadScheduling | None = None  # the controller's scheduler, when ours
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -212,9 +214,11 @@ class AggregatorHooks:
         its calls in flight need (``_distribute.py``). Whatever else answered (another
         mode, a conftest's or a plugin's own scheduler) is left as it is."""
         made = yield
-        from ._distribute import fed_instead
+        from ._distribute import FedLoadScheduling, fed_instead
 
-        return fed_instead(made, config, log, self.state.settings.concurrency)
+        sched = fed_instead(made, config, log, self.state.settings.concurrency)
+        self.fed = sched if isinstance(sched, FedLoadScheduling) else None
+        return sched
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -271,6 +275,8 @@ class AggregatorHooks:
             usd = payload_usd(record, self.state.rates)
             if usd:
                 self.state.worker_shares.spend(node.gateway.id, usd)
+            if getattr(report, "agenteval_out_of_budget", False) and self.fed is not None:
+                self.fed.out_of_budget(node)
 
     @pytest.hookimpl(wrapper=True, specname="pytest_runtest_logreport")
     def pytest_runtest_logreport_slim(self, report: pytest.TestReport) -> Generator[None, Any, Any]:

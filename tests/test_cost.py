@@ -321,3 +321,55 @@ def test_the_header_warns_where_the_budget_cannot_hold(
         assert (line in result.stdout.str()) is warned, result.stdout.str()
     result = pytester.runpytest("--bench=eu-ai-act", "--judge=openai:mystery-model", "--co")
     assert "cannot count" not in result.stdout.str()  # no budget, nothing to warn of
+
+
+PRICED_BY_WORKER = """
+import os
+import time
+import pytest
+from pytest_agenteval import Response
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    # gw0's answers cost $2 each, any other worker's $0.50 (1M tokens at $1 a million)
+    tokens = 2_000_000 if os.environ.get("PYTEST_XDIST_WORKER") == "gw0" else 500_000
+    def agent(prompt):
+        time.sleep(0.05)  # an answer takes a while; a refused call none
+        return Response("I can't help with that.", usage={"prompt_tokens": tokens})
+    agent.name = "priced-model"
+    return agent
+"""
+
+
+def test_a_worker_out_of_budget_gets_no_more_items_while_another_has_some(
+    pytester: pytest.Pytester,
+) -> None:
+    """-n 2 and $16: gw0 spends its $8 share in four items, gw1 its share at $0.50 an item.
+    gw0 is then told to finish what it holds and the rest goes to gw1: 20 graded, 4 errors
+    (gw0's queue). Items failing at once used to pull the run gw0's way: 13 and 11."""
+    fam = pytester.mkdir("fam")
+    (fam / "benchmark.yaml").write_text(
+        "family: fam\npillars:\n  - {key: p, weight: 1.0}\npresets:\n  smoke: {controls: all}\n"
+    )
+    (fam / "a.yaml").write_text(
+        "metadata: {article: A, pillar: p, control_id: fam.a, title: T, severity: low}\n"
+        "scenarios:\n"
+        + "".join(
+            f"  - id: s{i:02d}\n    weight: {1 / 24}\n    input: request {i}\n"
+            "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
+            for i in range(24)
+        )
+    )
+    pytester.makeconftest(PRICED_BY_WORKER)
+    pytester.makeini(
+        "[pytest]\naddopts = -p no:benchmark -p no:asyncio\n"
+        "agenteval_rates =\n    priced-model = 1.0 1.0\n"
+    )
+    result = pytester.runpytest(
+        "--bench=fam", "-n", "2", "--agenteval-concurrency=2", "--agenteval-max-cost=16"
+    )
+    outcomes = result.parseoutcomes()
+    passed, errors = outcomes.get("passed", 0), outcomes.get("errors", 0)
+    assert passed + errors == 24 and passed >= 18, (passed, errors)
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["total"]["usd"] <= 16

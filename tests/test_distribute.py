@@ -220,6 +220,25 @@ def test_a_crashed_workers_items_then_run_one_at_a_time(config: pytest.Config) -
     assert alone_runs >= len(held) - 2 and not sched.suspects and not sched.pending
 
 
+def test_a_worker_out_of_budget_is_fed_no_more_while_another_has_some(
+    config: pytest.Config,
+) -> None:
+    sched = FedLoadScheduling(config, concurrency=16)
+    nodes = started(sched, SCENARIOS[:200])
+    held = len(sched.node2pending[nodes[0]])
+    sched.out_of_budget(nodes[0])
+    assert nodes[0].shut == 1 and len(sched.node2pending[nodes[0]]) == held  # finishes its own
+    for _ in range(held):
+        sched.mark_test_complete(nodes[0], sched.node2pending[nodes[0]][0], 0.0)
+    assert sum(map(len, nodes[0].sent)) == held  # nothing more, fast as its failures come
+    sched.out_of_budget(nodes[1])  # every worker out: the rest still goes out, to anyone
+    drained = 0
+    while sched.node2pending[nodes[1]]:
+        sched.mark_test_complete(nodes[1], sched.node2pending[nodes[1]][0], 0.0)
+        drained += 1
+    assert not sched.pending and nodes[1].shut == 1 and held + drained == 200
+
+
 def test_maxschedchunk_is_kept(pytester: pytest.Pytester) -> None:
     sched = FedLoadScheduling(
         parsed(pytester, "--dist", "load", "--maxschedchunk", "2"), concurrency=16
