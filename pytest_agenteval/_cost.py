@@ -35,6 +35,15 @@ class BudgetExceeded(AgentevalError):
     """The cost budget is reached: no further paid call; the item is not evaluated."""
 
 
+#: How every refusal of the budget ends; the gate counts the items it stopped by it.
+BUDGET_STOPPED = "not evaluated (--agenteval-max-cost)"
+
+
+def stopped_by_budget(error: str | None) -> bool:
+    """Was an item's *error* the budget's refusal of one of its calls?"""
+    return bool(error) and BUDGET_STOPPED in str(error)
+
+
 def parse_rates(lines: Iterable[str]) -> dict[str, tuple[float, float]]:
     """``model = input output`` lines (USD per 1M tokens) → a rate table."""
     rates: dict[str, tuple[float, float]] = {}
@@ -197,20 +206,25 @@ class Budget:
             else f"budget of {usd(self.limit)}"
         )
         if self.spent >= self.limit:
-            raise BudgetExceeded(f"cost {whose} reached (spent ${self.spent:.4f}); not evaluated")
+            raise BudgetExceeded(
+                f"cost {whose} reached (spent ${self.spent:.4f}); {BUDGET_STOPPED}"
+            )
         raise BudgetExceeded(
             f"cost {whose} reached: {usd(self.spent)} spent, and the calls in flight with this "
             f"one are expected to cost {usd(ahead)} more (at what their models' calls cost so "
-            "far); not evaluated"
+            f"far); {BUDGET_STOPPED}"
         )
 
     def reserve(self, model: str | None, *, paid: bool = True) -> Bill:
         """Before a call of *model*: counted in flight, or refused with
         :class:`BudgetExceeded`. Settle the :class:`Bill` with what the call cost; one
         left unsettled (the call failed) spends nothing. A call that is not *paid* (a
-        deterministic judge, a local model) is never refused nor counted in flight; what
-        it reports it cost is still spent."""
+        deterministic judge, a local model), or of a model whose calls so far cost nothing,
+        is never refused nor counted in flight; what it reports it cost is still spent."""
         key = model or ""
+        usd, calls = self._priced.get(key, (0.0, 0))
+        if calls and not usd:  # its calls so far cost nothing (a Python subject that
+            paid = False  # reports no usage): nothing to stop it for; a paid judge after it is
         if paid:
             with self._lock:
                 self.check(self.expected(key))

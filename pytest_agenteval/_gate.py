@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ._compare import Regression, regression_sentence
+from ._cost import stopped_by_budget
 from ._evals import EvalResult, injection_suspected
 from ._family import Plan
 from ._suites import SuiteReport
@@ -163,8 +164,12 @@ def decide_gate(
             what = "suite bench score" if by_suites else "score"
             reasons.append(f"{what} {score} below the gate minimum {floor}")
     if counts["error"] > gate.max_errors:
+        stopped = sum(
+            1 for i in tree.items() if i.verdict == "error" and stopped_by_budget(i.error)
+        )
+        by_budget = f", {stopped} of them stopped by --agenteval-max-cost" if stopped else ""
         reasons.append(
-            f"{counts['error']} item(s) errored and were not evaluated "
+            f"{counts['error']} item(s) errored and were not evaluated{by_budget} "
             f"(the gate allows {gate.max_errors})"
         )
     critical = critical_failures(plan, tree)

@@ -98,6 +98,12 @@ def test_totals_in_summary_and_budget_stops_calls(demo: pytest.Pytester) -> None
     )
     outcomes = result.parseoutcomes()
     assert (outcomes.get("passed"), outcomes.get("warned"), outcomes.get("errors")) == (1, None, 2)
+    result.stdout.fnmatch_lines(
+        [
+            "gate: FAILED*2 item(s) errored and were not evaluated, 2 of them stopped by "
+            "--agenteval-max-cost*"
+        ]
+    )
     (summary,) = (demo.path / ".agenteval").rglob("summary.json")
     assert json.loads(summary.read_text())["cost"]["total"]["usd"] == pytest.approx(0.002)
 
@@ -141,12 +147,15 @@ def test_a_price_learned_counts_for_the_calls_of_that_model_in_flight() -> None:
     budget.reserve("judge")  # 0.25 + 0.5 + 0.25 = 1.0
     with pytest.raises(BudgetExceeded):
         budget.reserve("judge")
-    budget.reserve("subject")  # expected to cost nothing: started while anything is left
+    budget.reserve("subject")  # its calls cost nothing: never refused
     for bill in others:
         bill.charge(Cost(math.inf, 1, 1))  # a count beyond any float: spent, not averaged
     assert budget.spent == math.inf and budget.expected("judge") == 0.25
     with pytest.raises(BudgetExceeded, match=r"reached \(spent \$inf\)"):
-        budget.reserve("subject")
+        budget.reserve("judge")
+    budget.reserve("subject")  # spent past the budget, but a call costing nothing goes on
+    with pytest.raises(BudgetExceeded):
+        budget.reserve("new-model")  # not priced yet: it may cost
 
 
 PRICED_SLOW = """
