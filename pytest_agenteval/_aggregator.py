@@ -30,6 +30,7 @@ from ._family import Article, Family, Plan, build_tree, is_family_dir
 from ._gate import GateOutcome, decide_gate
 from ._grader import error_record
 from ._replay import ReplayLog
+from ._run import made_ahead_fields
 from ._session import ItemRef, ref_of
 from ._text import last_line
 from ._vocab import SET_ASIDE_KEY, SpecError
@@ -329,6 +330,8 @@ class Aggregator:
         #: node id -> (report, facts): a quiet pass's report, slimmed at its teardown
         self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
         self._facts_pending: dict[str, dict[str, Any]] = {}  # set aside, report not yet logged
+        #: node id -> what an xdist worker's run made ahead for it held (it never ran)
+        self.made_ahead: dict[str, dict[str, Any]] = {}
         #: node id -> (its setup report's keywords, is it a benchmark item), to its teardown
         self._keywords: dict[str, tuple[Any, bool]] = {}
 
@@ -581,7 +584,16 @@ class Aggregator:
         for nodeid in sorted(wanted):
             ref = self._ref_for(nodeid)
             if ref is not None:
-                self._ingest(error_record(self.run, ref, why, self.run.subject_name()))
+                record = error_record(self.run, ref, why, self.run.subject_name())
+                run = self.run.scheduler.made_ahead(nodeid)
+                ahead = made_ahead_fields(run) if run is not None else self.made_ahead.get(nodeid)
+                if ahead and ahead.get("cost"):  # paid for: counted in the run's cost
+                    record.update(ahead)
+                    record["result"]["error"] += (
+                        "; its calls, made ahead of it, were answered: the answer and their "
+                        "cost are kept in this record"
+                    )
+                self._ingest(record)
 
     def _ref_for(self, nodeid: str) -> ItemRef | None:
         """The item behind *nodeid*: known directly (serial), else matched to a family file.

@@ -29,6 +29,7 @@ from ._collector import QuietCollector
 from ._cost import WORKER_BUDGET, payload_usd
 from ._golden_items import CalibrationItem
 from ._grader import setup_error_text
+from ._run import MADE_AHEAD, made_ahead_fields
 from .evidence._chain import json_safe_record
 
 if TYPE_CHECKING:
@@ -113,6 +114,20 @@ class GraderHooks:
             self.state.spec_subject()
         if getattr(self.state, "replay", None) is None:  # replayed answers call no tool
             self.state.start_mcp(items)  # a server that does not start: usage error, now
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """An xdist worker hands the controller the runs it made ahead for items it never
+        ran (-x, Ctrl-C): paid for, they go in those items' records (see the aggregator)."""
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is None:
+            return
+        made = {
+            nodeid: made_ahead_fields(run)
+            for nodeid, run in self.state.scheduler.all_made_ahead().items()
+            if run.cost
+        }
+        if made:
+            workeroutput[MADE_AHEAD] = made
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -222,6 +237,9 @@ class AggregatorHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
+        made = getattr(node, "workeroutput", {}).get(MADE_AHEAD)
+        if isinstance(made, dict):  # runs made ahead for items the worker never ran
+            self.aggregator.made_ahead.update(made)
         if error is not None:  # crashed: xdist may start a replacement
             self.state.worker_shares.crashed(node.gateway.id)
         refused = getattr(node, "workeroutput", {}).get(WORKER_REFUSED)

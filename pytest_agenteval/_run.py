@@ -25,6 +25,7 @@ Injection
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -66,6 +67,20 @@ class ScenarioRun:
     #: the calls made to the condition's MCP servers, and the provider tool loop's account
     mcp_calls: tuple[McpCall, ...] = ()
     tool_loop: Mapping[str, Any] | None = None
+
+
+#: An xdist worker's ``workeroutput`` key: the runs it made ahead for items it never ran.
+MADE_AHEAD = "agenteval_made_ahead"
+
+
+def made_ahead_fields(run: ScenarioRun) -> dict[str, Any]:
+    """What the record of an item that never ran keeps of the run made ahead for it: the
+    answer, and what its calls cost (plain data: it may cross from an xdist worker)."""
+    return {
+        "answer": run.answer,
+        "usage": dict(run.usage),
+        "cost": json.loads(json.dumps(run.cost, default=str)) if run.cost else None,
+    }
 
 
 def subject_context(

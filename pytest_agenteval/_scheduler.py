@@ -116,6 +116,9 @@ class Scheduler:
         self._limiter = CallSlots(self.concurrency)
         self._subject_locks: dict[int, asyncio.Lock] = {}
         self.tasks: dict[str, asyncio.Future[ScenarioRun]] = {}
+        #: runs made ahead for items that were never run (-x, Ctrl-C): their calls were
+        #: paid for, and the record of each such item says what they cost
+        self.kept: dict[str, ScenarioRun] = {}
         self._idle_work: list[Callable[[], object]] = []
         self._idle_armed = False
 
@@ -261,9 +264,27 @@ class Scheduler:
             yield nxt
 
     def cancel_pending(self) -> None:
-        for future in self.tasks.values():
+        for nodeid, future in self.tasks.items():
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self.kept[nodeid] = future.result()
             future.cancel()
         self.tasks.clear()
+
+    def all_made_ahead(self) -> dict[str, ScenarioRun]:
+        """Every finished run made ahead that no item took (what a worker hands back)."""
+        runs = dict(self.kept)
+        for nodeid in self.tasks:
+            run = self.made_ahead(nodeid)
+            if run is not None:
+                runs[nodeid] = run
+        return runs
+
+    def made_ahead(self, nodeid: str) -> ScenarioRun | None:
+        """The run made ahead for *nodeid*, finished, if its item never took it."""
+        future = self.tasks.get(nodeid)
+        if future is not None and future.done() and not future.cancelled():
+            return future.result() if future.exception() is None else None
+        return self.kept.get(nodeid)
 
     def close(self) -> None:
         """Cancel what is pending and close the loop."""

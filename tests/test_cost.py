@@ -382,3 +382,75 @@ def test_a_worker_out_of_budget_gets_no_more_items_while_another_has_some(
     assert passed + errors == 24 and passed >= 18, (passed, errors)
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     assert json.loads(summary.read_text())["cost"]["total"]["usd"] <= 16
+
+
+SLOW_FIRST = """\
+import re, time
+
+def answer(prompt):
+    if int(re.search(r"number (\\d+)", prompt).group(1)) == 0:
+        time.sleep(0.5)  # meanwhile the calls of the items ahead are made and answered
+        raise RuntimeError("the first answer fails")
+    return "An answer to: " + prompt
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_calls_made_ahead_of_a_stopped_run_are_in_its_cost(
+    pytester: pytest.Pytester,
+    fake_llm: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: list[str],
+) -> None:
+    """-x after the first item: the items ahead of it were answered and graded meanwhile.
+    They are not evaluated, but their records keep the answer and what the calls cost
+    (under -n, the worker hands them to the controller as it finishes), so the run's
+    cost is every call it paid for (it counted none of them)."""
+    import re
+
+    from fakellm import RecordedRequest, Reply
+
+    def grade(req: RecordedRequest) -> Reply:
+        found = re.search(r"## Criteria \((\d+), in this order\)", str(req.body["messages"]))
+        criteria = [{"criterion": "c", "met": True, "reasoning": "ok"}] * (
+            int(found.group(1)) if found else 1
+        )
+        body = {"overall_score": 80, "criteria": criteria, "summary": "ok"}
+        return Reply.json_content(body).with_usage(1000, 0)
+
+    fake_llm.set_handler(grade)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.openai_base_url)
+    fam = pytester.mkdir("speed")
+    (fam / "benchmark.yaml").write_text("family: speed\npillars:\n  - {key: p, weight: 1.0}\n")
+    lines = ["metadata: {article: A, pillar: p, control_id: speed.a, title: Speed}", "scenarios:"]
+    for i in range(20):
+        lines += [
+            f"  - id: s{i:04d}",
+            f"    weight: {1 / 20:.12f}",
+            f"    input: Question number {i}?",
+            "    evaluation_criteria: [Answers the question]",
+        ]
+    (fam / "a.yaml").write_text("\n".join(lines) + "\n")
+    pytester.makepyfile(agent=SLOW_FIRST)
+    pytester.makeini("[pytest]\naddopts = -p no:asyncio\nagenteval_rates = m = 1000 1000\n")
+    result = pytester.runpytest(
+        "speed",
+        "-x",
+        *workers,
+        "--subject=agent:answer",
+        "--judge=openai:m",
+        "--agenteval-concurrency=8",
+    )
+    calls = [r for r in fake_llm.requests if r.path.endswith("/chat/completions")]
+    assert len(calls) >= 4, result.stdout.str()  # made ahead while the first item waited
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["total"]["usd"] == pytest.approx(len(calls))
+    records = [
+        json.loads(line)
+        for line in next((pytester.path / ".agenteval").rglob("results.jsonl"))
+        .read_text()
+        .splitlines()
+    ][:-1]
+    assert sum(r["cost"]["total"]["usd"] for r in records if r["cost"]) == len(calls)
+    ahead = [r for r in records if r["answer"] and r["result"]["verdict"] == "error"]
+    assert ahead and all("made ahead of it, were answered" in r["result"]["error"] for r in ahead)
