@@ -28,7 +28,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,7 @@ from .judges._base import (
     is_deterministic,
 )
 from .judges._injection import given_text, scan_answer
-from .subjects._base import SubjectError, call_subject
+from .subjects._base import SubjectCall, SubjectError, call_subject
 
 if TYPE_CHECKING:
     from ._conditions import Condition
@@ -67,6 +67,21 @@ class ScenarioRun:
     #: the calls made to the condition's MCP servers, and the provider tool loop's account
     mcp_calls: tuple[McpCall, ...] = ()
     tool_loop: Mapping[str, Any] | None = None
+
+
+async def _within(
+    call: Awaitable[SubjectCall], subject: object, timeout_s: float | None
+) -> SubjectCall:
+    """*call*, abandoned after *timeout_s* unless the subject times its own calls."""
+    if timeout_s is None or getattr(subject, "times_itself", False):
+        return await call
+    try:
+        return await asyncio.wait_for(call, timeout_s)
+    except asyncio.TimeoutError:
+        raise SubjectError(
+            f"subject did not answer within {timeout_s:g}s (--subject-timeout); the call was "
+            "abandoned"
+        ) from None
 
 
 #: An xdist worker's ``workeroutput`` key: the runs it made ahead for items it never ran.
@@ -317,13 +332,16 @@ async def run_scenario(
     sample: int = 0,
     condition: Condition | None = None,
     preset: str | None = None,
+    subject_timeout_s: float | None = None,
 ) -> ScenarioRun:
     """Ask the subject, then grade with every judge (several: weighted median).
 
     *limiter* (an ``asyncio.Semaphore``) bounds the calls in flight across all
     scenarios; *subject_lock* serialises a subject that is not safe to call
     concurrently. A panel that would repeat a judge raises :class:`PanelError`
-    before the subject is called (*preset* names it in the message).
+    before the subject is called (*preset* names it in the message). A subject that does
+    not time its own calls (a Python one) is abandoned after *subject_timeout_s*: the item
+    errs, and a sync subject's thread is left to finish on its own.
     """
     severity = article.declared_severity(scenario)
     base = dict(key=scenario.id, name=scenario.id, kind="scenario", weight=float(scenario.weight))
@@ -349,7 +367,9 @@ async def run_scenario(
         async with subject_lock, limiter:
             with budget.reserve(model) as bill:
                 context = subject_context(scenario, condition, sample, caller)
-                call = await call_subject(subject, scenario.input, context)
+                call = await _within(
+                    call_subject(subject, scenario.input, context), subject, subject_timeout_s
+                )
                 subject_cost = cost_of(model, call.response.usage, rates)
                 bill.charge(subject_cost)
     except ConfigError:

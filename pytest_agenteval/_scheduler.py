@@ -121,6 +121,8 @@ class Scheduler:
         self.kept: dict[str, ScenarioRun] = {}
         self._idle_work: list[Callable[[], object]] = []
         self._idle_armed = False
+        #: how long a Python subject's call may take (--subject-timeout, when given)
+        self.subject_timeout_s: float | None = None
 
     @property
     def limiter(self) -> CallSlots:
@@ -228,6 +230,7 @@ class Scheduler:
                 sample=item.sample,
                 condition=item.condition,
                 preset=item.plan.preset,
+                subject_timeout_s=self.subject_timeout_s,
             )
         )
 

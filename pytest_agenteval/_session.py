@@ -274,6 +274,8 @@ class AgentevalState:
         #: The controller's account of its workers' budgets (xdist hooks in _roles.py).
         self.worker_shares = WorkerShares(run.max_cost)
         self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
+        if run.subject_timeout_given:  # provider and cmd: subjects time themselves
+            self.scheduler.subject_timeout_s = run.subject_timeout_s
         self.subject_shared = False
         self._markers: set[str] = set()
         self.started_at = datetime.now(timezone.utc)

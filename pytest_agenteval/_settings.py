@@ -207,6 +207,8 @@ class RunSettings:
     judge_repeat: Literal["no", "sampled"] = "no"
     subject_base_url: str | None = None
     subject_timeout_s: float = 120.0
+    #: --subject-timeout given (flag or ini): it then bounds a Python subject's call too
+    subject_timeout_given: bool = False
     subject_env: tuple[str, ...] = ()
     mcp_max_steps: int = 8
     calibration_split: str = "holdout"
@@ -348,6 +350,7 @@ class RunSettings:
             judge_repeat=choice(config, "agenteval_judge_repeat", ("no", "sampled"), "no"),
             subject_base_url=text(config, "agenteval_subject_base_url"),
             subject_timeout_s=seconds("agenteval_subject_timeout", 120.0),
+            subject_timeout_given=raw(config, "agenteval_subject_timeout") is not None,
             subject_env=tuple(
                 name
                 for entry in [

@@ -257,6 +257,48 @@ def test_a_crash_in_a_call_started_ahead_is_blamed_on_its_own_item(
     assert "maximum crashed workers reached" not in result.stdout.str()
 
 
+HANGS_ON_HUMAN = """\
+import asyncio, time
+import pytest
+
+def agent(prompt):
+    if "human" in prompt:  # demo-disclose-001 only: far past the timeout
+        time.sleep(20)
+    return "I can't help with that." if "refuse" in prompt else "hello team"
+
+async def async_agent(prompt):
+    if "human" in prompt:
+        await asyncio.sleep(20)
+    return "I can't help with that." if "refuse" in prompt else "hello team"
+
+@pytest.fixture(scope="session")
+def agenteval_subject(request):
+    return async_agent if request.config.getoption("--async-agent", False) else agent
+
+def pytest_addoption(parser):
+    parser.addoption("--async-agent", action="store_true")
+"""
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_subject_timeout_given_bounds_a_python_subject(
+    pytester: pytest.Pytester, kind: str
+) -> None:
+    """--subject-timeout, given, abandons a Python subject's call that takes longer: that
+    item errs and the run goes on (it was accepted and did nothing: the run hung)."""
+    family(pytester, HANGS_ON_HUMAN)
+    args = [
+        "--bench=demo",
+        "--subject-timeout=0.5",
+        *(["--async-agent"] if kind == "async" else []),
+    ]
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(passed=2, errors=1)
+    lost = {r["scenario_id"]: r["result"] for r in records(pytester)}["demo-disclose-001"]
+    assert lost["verdict"] == "error"
+    assert "did not answer within 0.5s (--subject-timeout); the call was abandoned" in lost["error"]
+
+
 def test_interrupt_before_the_first_result_leaves_evidence(pytester: pytest.Pytester) -> None:
     family(
         pytester,

@@ -154,6 +154,9 @@ class SubjectConfigError(ConfigError, SubjectError):
 class HostedSubject(ABC):
     """An agent under test that is not a Python callable of the user's."""
 
+    #: it times its own calls (--subject-timeout, per HTTP attempt or for the command)
+    times_itself = True
+
     name: str
 
     @abstractmethod
