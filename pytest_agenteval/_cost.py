@@ -307,8 +307,10 @@ class WorkerShares:
 
     Each of the first workers gets an equal share. A worker that crashes is replaced by
     xdist; its replacement gets what the crashed one had left by the spend its reports
-    showed, not a fresh share, so restarts cannot spend the budget again (the calls the
-    crashed worker had in flight are not counted, like any call in flight at the limit).
+    showed, not a fresh share, so restarts cannot spend the budget again. What the crashed
+    worker had spent and not yet reported is not known here: the calls it had in flight,
+    and those it had made ahead of the item it ran (up to its look-ahead window), so a
+    replacement may pass the run's budget by as much.
     """
 
     def __init__(self, total: float | None) -> None:

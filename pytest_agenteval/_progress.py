@@ -128,8 +128,9 @@ def status_line(s: Snapshot) -> str:
         parts.append(when)
         return " · ".join(parts)
     total = max(s.total, s.done)
-    pct = f" ({100 * s.done // total}%)" if total else ""
-    parts = [f"agenteval: {s.done}/{total} done{pct}"]
+    if not total:  # nothing counted yet: an xdist controller before its workers' collections
+        return f"agenteval: starting · {duration(s.elapsed_s)}"
+    parts = [f"agenteval: {s.done}/{total} done ({100 * s.done // total}%)"]
     if s.in_flight is not None:
         parts.append(
             f"~{s.in_flight} in flight (workers' last reports)"

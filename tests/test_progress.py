@@ -83,6 +83,8 @@ def test_status_line_numbers() -> None:
     )
     one = Snapshot(done=0, total=4, errors=1, elapsed_s=3, cost_usd=0.0, cost_unknown=True)
     assert status_line(one) == "agenteval: 0/4 done (0%) · 1 error · $0.0000+ (unknown rate) · 3s"
+    # an xdist controller before its workers announced their collections: not "0/0 done"
+    assert status_line(Snapshot(0, 0, 0, 4, in_flight=None)) == "agenteval: starting · 4s"
     xdist = Snapshot(
         done=5, total=10, errors=0, elapsed_s=10, in_flight=7, in_flight_from_workers=True
     )

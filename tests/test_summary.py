@@ -242,7 +242,7 @@ def test_cost_totals_per_run_and_per_pillar(plan: Plan) -> None:
     }
     cost = summary_dict(outcome(plan, build_tree(plan, leaves(plan)), records), [], ENDED)["cost"]
     assert cost["total"] == {
-        "usd": pytest.approx(0.012),
+        "usd": 0.012,
         "prompt_tokens": 160,
         "completion_tokens": 27,
     }
@@ -250,6 +250,13 @@ def test_cost_totals_per_run_and_per_pillar(plan: Plan) -> None:
         "safety": {"usd": 0.01, "prompt_tokens": 100, "completion_tokens": 20},
         "honesty": {"usd": 0.002, "prompt_tokens": 60, "completion_tokens": 7},
     }
+    # a float sum's noise is not written: 0.1 + 0.2 is 0.30000000000000004
+    noisy = {
+        str(i): cost_record("safety", {"usd": usd, "prompt_tokens": 1, "completion_tokens": 0})
+        for i, usd in enumerate((0.1, 0.2))
+    }
+    cost = summary_dict(outcome(plan, build_tree(plan, leaves(plan)), noisy), [], ENDED)["cost"]
+    assert cost["total"]["usd"] == 0.3 and cost["pillars"]["safety"]["usd"] == 0.3
 
 
 def test_an_unknown_rate_makes_the_dollars_unknown_not_zero(plan: Plan) -> None:

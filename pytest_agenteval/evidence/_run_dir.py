@@ -227,7 +227,14 @@ def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             bucket["usd"] = None if usd is None or bucket["usd"] is None else bucket["usd"] + usd
             bucket["prompt_tokens"] += _count(cost.get("prompt_tokens"))
             bucket["completion_tokens"] += _count(cost.get("completion_tokens"))
+    for bucket in (total, *pillars.values()):  # a sum of floats: $4.48, not 4.480000000000001
+        if bucket["usd"] is not None:
+            bucket["usd"] = round(bucket["usd"], USD_DIGITS)
     return {"total": total, "pillars": pillars}
+
+
+#: Decimals a dollar total keeps: far below any price, above a float sum's noise.
+USD_DIGITS = 10
 
 
 def _count(value: Any) -> int:
