@@ -113,3 +113,24 @@ def make_demo(pytester: pytest.Pytester) -> pytest.Pytester:
     (fam / "disclose.yaml").write_text(DISCLOSE)
     pytester.makeconftest(SUBJECT)
     return pytester
+
+
+def flat_family(pytester: pytest.Pytester, name: str, n: int, boom: tuple[int, ...] = ()) -> Path:
+    """A family *name* of one article of *n* scenarios ``{name[0]}00``..., each asking
+    "request i" and checking for a refusal (no judge); the inputs of *boom* start with
+    "boom " (for a subject that fails on them)."""
+    fam = pytester.mkdir(name)
+    (fam / "benchmark.yaml").write_text(
+        f"family: {name}\npillars:\n  - {{key: p, weight: 1.0}}\npresets:\n  smoke: {{controls: all}}\n"
+    )
+    (fam / "a.yaml").write_text(
+        f"metadata: {{article: A, pillar: p, control_id: {name}.a, title: T, severity: low}}\n"
+        "scenarios:\n"
+        + "".join(
+            f"  - id: {name[0]}{i:02d}\n    weight: {1 / n}\n"
+            f"    input: {'boom ' if i in boom else ''}request {i}\n"
+            "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
+            for i in range(n)
+        )
+    )
+    return fam

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from demo_family import flat_family
 from fakellm import FakeLLMServer
 
 from pytest_agenteval._cost import DEFAULT_RATES, Budget, BudgetExceeded, Cost, cost_of, parse_rates
@@ -173,29 +174,23 @@ def agenteval_subject():
 """
 
 
-def test_calls_in_flight_do_not_carry_the_run_past_its_budget(pytester: pytest.Pytester) -> None:
-    """Eight calls in flight at $0.002 each and a budget of $0.021: ten are made, for $0.020.
-    Stopping only once the budget was spent, it used to make up to seven more."""
-    fam = pytester.mkdir("fam")
-    (fam / "benchmark.yaml").write_text(
-        "family: fam\npillars:\n  - {key: p, weight: 1.0}\npresets:\n  smoke: {controls: all}\n"
-    )
-    (fam / "a.yaml").write_text(
-        "metadata: {article: A, pillar: p, control_id: fam.a, title: T, severity: low}\n"
-        "scenarios:\n"
-        + "".join(
-            f"  - id: s{i:02d}\n    weight: {1 / 24}\n    input: request {i}\n"
-            "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
-            for i in range(24)
-        )
-    )
-    pytester.makeconftest(PRICED_SLOW)
+def priced_run(pytester: pytest.Pytester, conftest: str, *args: str) -> pytest.RunResult:
+    """--bench=fam (24 scenarios, checks only) with *conftest*'s subject, whose model
+    "priced-model" costs $1 per 1M tokens."""
+    flat_family(pytester, "fam", 24)
+    pytester.makeconftest(conftest)
     pytester.makeini(
         "[pytest]\naddopts = -p no:benchmark -p no:asyncio\n"
         "agenteval_rates =\n    priced-model = 1.0 1.0\n"
     )
-    result = pytester.runpytest(
-        "--bench=fam", "--agenteval-concurrency=8", "--agenteval-max-cost=0.021"
+    return pytester.runpytest("--bench=fam", *args)
+
+
+def test_calls_in_flight_do_not_carry_the_run_past_its_budget(pytester: pytest.Pytester) -> None:
+    """Eight calls in flight at $0.002 each and a budget of $0.021: ten are made, for $0.020.
+    Stopping only once the budget was spent, it used to make up to seven more."""
+    result = priced_run(
+        pytester, PRICED_SLOW, "--agenteval-concurrency=8", "--agenteval-max-cost=0.021"
     )
     outcomes = result.parseoutcomes()
     assert (outcomes.get("passed"), outcomes.get("errors")) == (10, 14), result.stdout.str()
@@ -249,39 +244,52 @@ def pytest_configure(config):
 """
 
 
-def test_a_crashed_workers_replacement_does_not_get_a_fresh_share(
-    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+def judged_family(
+    pytester: pytest.Pytester,
+    fake_llm: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    delay_s: float = 0.0,
 ) -> None:
-    """-n 2, $20 for the run ($10 a worker), each judge call $1; the worker answering
-    scenario 8 dies after grading a few: its replacement gets what it had left (by the
-    spend its reports showed), not a new $10, so restarts do not spend the budget again."""
+    """A family "speed" of *n* scenarios ("Question number i?") graded by the judge
+    openai:m at $1,000 per 1M tokens, which the fake answers with every criterion met
+    and 1,000 prompt tokens: $1 a call."""
     import re
 
     from fakellm import RecordedRequest, Reply
 
     def grade(req: RecordedRequest) -> Reply:
         found = re.search(r"## Criteria \((\d+), in this order\)", str(req.body["messages"]))
-        n = int(found.group(1)) if found else 1
-        criteria = [{"criterion": f"c{i}", "met": True, "reasoning": "ok"} for i in range(n)]
+        count = int(found.group(1)) if found else 1
+        criteria = [{"criterion": f"c{i}", "met": True, "reasoning": "ok"} for i in range(count)]
         body = {"overall_score": 80, "criteria": criteria, "summary": "ok"}
-        return Reply.json_content(body).with_usage(1000, 0).with_delay(0.05)
+        return Reply.json_content(body).with_usage(1000, 0).with_delay(delay_s)
 
     fake_llm.set_handler(grade)
     monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.openai_base_url)
     fam = pytester.mkdir("speed")
     (fam / "benchmark.yaml").write_text("family: speed\npillars:\n  - {key: p, weight: 1.0}\n")
     lines = ["metadata: {article: A, pillar: p, control_id: speed.a, title: Speed}", "scenarios:"]
-    for i in range(30):
+    for i in range(n):
         lines += [
             f"  - id: s{i:04d}",
-            f"    weight: {1 / 30:.12f}",
+            f"    weight: {1 / n:.12f}",
             f"    input: Question number {i}?",
             "    evaluation_criteria: [Answers the question]",
         ]
     (fam / "a.yaml").write_text("\n".join(lines) + "\n")
+    pytester.makeini("[pytest]\naddopts = -p no:asyncio\nagenteval_rates = m = 1000 1000\n")
+
+
+def test_a_crashed_workers_replacement_does_not_get_a_fresh_share(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-n 2, $20 for the run ($10 a worker), each judge call $1; the worker answering
+    scenario 8 dies after grading a few: its replacement gets what it had left (by the
+    spend its reports showed), not a new $10, so restarts do not spend the budget again."""
+    judged_family(pytester, fake_llm, monkeypatch, 30, delay_s=0.05)
     pytester.makepyfile(agent=CRASHING)
     pytester.makeconftest(BUDGET_SPY)
-    pytester.makeini("[pytest]\naddopts = -p no:asyncio\nagenteval_rates = m = 1000 1000\n")
     pytester.runpytest_subprocess(
         "speed",
         "-n",
@@ -356,26 +364,13 @@ def test_a_worker_out_of_budget_gets_no_more_items_while_another_has_some(
     """-n 2 and $16: gw0 spends its $8 share in four items, gw1 its share at $0.50 an item.
     gw0 is then told to finish what it holds and the rest goes to gw1: 20 graded, 4 errors
     (gw0's queue). Items failing at once used to pull the run gw0's way: 13 and 11."""
-    fam = pytester.mkdir("fam")
-    (fam / "benchmark.yaml").write_text(
-        "family: fam\npillars:\n  - {key: p, weight: 1.0}\npresets:\n  smoke: {controls: all}\n"
-    )
-    (fam / "a.yaml").write_text(
-        "metadata: {article: A, pillar: p, control_id: fam.a, title: T, severity: low}\n"
-        "scenarios:\n"
-        + "".join(
-            f"  - id: s{i:02d}\n    weight: {1 / 24}\n    input: request {i}\n"
-            "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
-            for i in range(24)
-        )
-    )
-    pytester.makeconftest(PRICED_BY_WORKER)
-    pytester.makeini(
-        "[pytest]\naddopts = -p no:benchmark -p no:asyncio\n"
-        "agenteval_rates =\n    priced-model = 1.0 1.0\n"
-    )
-    result = pytester.runpytest(
-        "--bench=fam", "-n", "2", "--agenteval-concurrency=2", "--agenteval-max-cost=16"
+    result = priced_run(
+        pytester,
+        PRICED_BY_WORKER,
+        "-n",
+        "2",
+        "--agenteval-concurrency=2",
+        "--agenteval-max-cost=16",
     )
     outcomes = result.parseoutcomes()
     passed, errors = outcomes.get("passed", 0), outcomes.get("errors", 0)
@@ -389,7 +384,7 @@ import re, time
 
 def answer(prompt):
     if int(re.search(r"number (\\d+)", prompt).group(1)) == 0:
-        time.sleep(0.5)  # meanwhile the calls of the items ahead are made and answered
+        time.sleep(1.0)  # meanwhile the calls of the items ahead are made and answered
         raise RuntimeError("the first answer fails")
     return "An answer to: " + prompt
 """
@@ -406,33 +401,8 @@ def test_calls_made_ahead_of_a_stopped_run_are_in_its_cost(
     They are not evaluated, but their records keep the answer and what the calls cost
     (under -n, the worker hands them to the controller as it finishes), so the run's
     cost is every call it paid for (it counted none of them)."""
-    import re
-
-    from fakellm import RecordedRequest, Reply
-
-    def grade(req: RecordedRequest) -> Reply:
-        found = re.search(r"## Criteria \((\d+), in this order\)", str(req.body["messages"]))
-        criteria = [{"criterion": "c", "met": True, "reasoning": "ok"}] * (
-            int(found.group(1)) if found else 1
-        )
-        body = {"overall_score": 80, "criteria": criteria, "summary": "ok"}
-        return Reply.json_content(body).with_usage(1000, 0)
-
-    fake_llm.set_handler(grade)
-    monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.openai_base_url)
-    fam = pytester.mkdir("speed")
-    (fam / "benchmark.yaml").write_text("family: speed\npillars:\n  - {key: p, weight: 1.0}\n")
-    lines = ["metadata: {article: A, pillar: p, control_id: speed.a, title: Speed}", "scenarios:"]
-    for i in range(20):
-        lines += [
-            f"  - id: s{i:04d}",
-            f"    weight: {1 / 20:.12f}",
-            f"    input: Question number {i}?",
-            "    evaluation_criteria: [Answers the question]",
-        ]
-    (fam / "a.yaml").write_text("\n".join(lines) + "\n")
+    judged_family(pytester, fake_llm, monkeypatch, 20)
     pytester.makepyfile(agent=SLOW_FIRST)
-    pytester.makeini("[pytest]\naddopts = -p no:asyncio\nagenteval_rates = m = 1000 1000\n")
     result = pytester.runpytest(
         "speed",
         "-x",
@@ -453,4 +423,5 @@ def test_calls_made_ahead_of_a_stopped_run_are_in_its_cost(
     ][:-1]
     assert sum(r["cost"]["total"]["usd"] for r in records if r["cost"]) == len(calls)
     ahead = [r for r in records if r["answer"] and r["result"]["verdict"] == "error"]
-    assert ahead and all("made ahead of it, were answered" in r["result"]["error"] for r in ahead)
+    assert all("made ahead of it, were answered" in r["result"]["error"] for r in ahead)
+    assert ahead or workers  # serially, some surely; a worker's may all have run meanwhile

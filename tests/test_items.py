@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from demo_family import BENCHMARK, DISCLOSE, EXTRA, REFUSE, make_demo
+from demo_family import BENCHMARK, DISCLOSE, EXTRA, REFUSE, flat_family, make_demo
 
 N_SMOKE = 3  # demo-refuse-001, demo-refuse-002, demo-disclose-001
 
@@ -230,20 +230,7 @@ def test_a_crash_in_a_call_started_ahead_is_blamed_on_its_own_item(
     the item it runs when it dies. The items it held run again, each alone, so only the two
     items whose input crashes the subject fail. It used to blame innocent neighbours, one
     per crash, while the culprits took down worker after worker."""
-    fam = pytester.mkdir("crash")
-    (fam / "benchmark.yaml").write_text(
-        "family: crash\npillars:\n  - {key: p, weight: 1.0}\npresets:\n  smoke: {controls: all}\n"
-    )
-    (fam / "a.yaml").write_text(
-        "metadata: {article: A, pillar: p, control_id: crash.a, title: T, severity: low}\n"
-        "scenarios:\n"
-        + "".join(
-            f"  - id: c{i:02d}\n    weight: {1 / 40}\n"
-            f"    input: {'boom ' if i in (5, 15) else ''}request {i}\n"
-            "    evaluation_criteria: [{text: Refuses, check: {refusal: true}}]\n"
-            for i in range(40)
-        )
-    )
+    flat_family(pytester, "crash", 40, boom=(5, 15))
     pytester.makeconftest(CRASH_ON_BOOM)
     result = pytester.runpytest("--bench=crash", "-n", "2", "--agenteval-concurrency=8")
     outcomes = result.parseoutcomes()
