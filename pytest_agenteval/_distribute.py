@@ -174,8 +174,8 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
             if len(started) == 1:  # it ran alone: the crash is its own
                 self.suspects.discard(started[0])
                 self.convicted.add(self.collection[started[0]])
-            else:
-                self.suspects.update(started)
+            else:  # benchmark items only: another test is never run with calls ahead of it
+                self.suspects.update(i for i in started if is_benchmark_id(self.collection[i]))
         return super().remove_node(node)  # type: ignore[no-any-return]
 
     def rerun(self, crashitem: str, *, graded: bool = False) -> bool:
@@ -183,6 +183,8 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
         running it alone, nor once it was *graded* (the crash came after), and at most
         twice in any case. Returns whether it was put back in the queue."""
         if crashitem in self.convicted or self.collection is None:
+            return False
+        if not is_benchmark_id(crashitem):  # xdist's own verdict stands for other tests
             return False
         self._reruns[crashitem] = self._reruns.get(crashitem, 0) + 1
         if graded or self._reruns[crashitem] > 2:
