@@ -171,6 +171,7 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
             # also true of a node that is down: whether the end was sent is xdist's own)
             told_the_end = getattr(node, "_shutdown_sent", True)
             started = queue if told_the_end else queue[:-1] or queue
+            started = started[: self.depth() - 1]  # the item it ran and its window ahead
             if len(started) == 1:  # it ran alone: the crash is its own
                 self.suspects.discard(started[0])
                 self.convicted.add(self.collection[started[0]])
@@ -178,16 +179,17 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
                 self.suspects.update(i for i in started if is_benchmark_id(self.collection[i]))
         return super().remove_node(node)  # type: ignore[no-any-return]
 
-    def rerun(self, crashitem: str, *, graded: bool = False) -> bool:
+    def rerun(self, crashitem: str, *, graded: bool = False, replaced: bool = True) -> bool:
         """Run the item xdist blamed for a crash again (alone)? Not when it crashed a worker
-        running it alone, nor once it was *graded* (the crash came after), and at most
-        twice in any case. Returns whether it was put back in the queue."""
+        running it alone, nor once it was *graded* (the crash came after), nor when no
+        worker is *replaced* (xdist's restart limit stops the run), and at most twice in
+        any case. Returns whether it was put back in the queue."""
         if crashitem in self.convicted or self.collection is None:
             return False
         if not is_benchmark_id(crashitem):  # xdist's own verdict stands for other tests
             return False
         self._reruns[crashitem] = self._reruns.get(crashitem, 0) + 1
-        if graded or self._reruns[crashitem] > 2:
+        if graded or not replaced or self._reruns[crashitem] > 2:
             self.suspects.discard(self.collection.index(crashitem))
             return False
         self.mark_test_pending(crashitem)

@@ -254,9 +254,17 @@ class AggregatorHooks:
 
         if not isinstance(sched, FedLoadScheduling):
             return
-        # an item whose grade came before the crash is not run again
-        if sched.rerun(crashitem, graded=crashitem in self.aggregator.reported):
+        graded = crashitem in self.aggregator.reported
+        if sched.rerun(crashitem, graded=graded, replaced=_worker_replaced(self.state.config)):
             report.outcome = "rerun"
+        elif graded:  # its grade stands: the crash came after it, from a call started ahead
+            report.outcome = "passed"
+            report.agenteval_after_grade = True
+            self.state.announce(
+                f"agenteval: worker {report.node.gateway.id} crashed after {crashitem} was "
+                "graded: its grade stands, and the items whose calls were in flight run "
+                "again, each alone"
+            )
         elif crashitem in sched.convicted:
             report.agenteval_crashed_alone = True
 
@@ -267,9 +275,11 @@ class AggregatorHooks:
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
-    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    ) -> tuple[str, str, str | tuple[str, dict[str, bool]]] | None:
         if str(report.outcome) == "rerun":  # a crashed worker's item, to run again alone
             return "rerun", "R", ("RERUN", {"yellow": True})
+        if getattr(report, "agenteval_after_grade", False):  # xdist's report of a crash that
+            return "", "", ""  # came after the item's grade: not an outcome of the item
         payload = getattr(report, "agenteval", None)
         if (
             isinstance(payload, dict)
@@ -387,3 +397,14 @@ def _where(func: Any, config: pytest.Config) -> str:
 
 
 __all__ = ["SUBJECT_FIXTURE", "AggregatorHooks", "GraderHooks", "register_roles"]
+
+
+def _worker_replaced(config: pytest.Config) -> bool:
+    """Will xdist start a worker in place of the one that just crashed? Not once its
+    ``--max-worker-restart`` is reached: it stops the run, and an item put back in the
+    queue would never run. (xdist keeps the count on its session, as it stands before
+    this crash; unknown: no.)"""
+    dsession = config.pluginmanager.get_plugin("dsession")
+    crashes = getattr(dsession, "_failed_nodes_count", None)
+    limit = getattr(dsession, "_max_worker_restart", 0)
+    return isinstance(crashes, int) and (limit is None or crashes + 1 <= limit)

@@ -649,7 +649,7 @@ class AgentevalState:
         try:
             find_subject_module(spec, Path(self.config.invocation_params.dir), self.config.rootpath)
         except ValueError as exc:
-            self._announce(
+            self.announce(
                 f"agenteval: warning: {exc} from here; each worker will try it (a conftest "
                 "of theirs may add its folder to sys.path) and stop the run with a usage error if it cannot"
             )
@@ -681,9 +681,9 @@ class AgentevalState:
                 '@pytest.fixture(scope="session") keeps '
                 f"{self.scheduler.concurrency} calls in flight"
             )
-        self._announce(line)
+        self.announce(line)
 
-    def _announce(self, line: str) -> None:
+    def announce(self, line: str) -> None:
         """One line on the terminal now (serial runs and the controller; not a worker's)."""
         if self.is_worker:
             return

@@ -220,6 +220,20 @@ def test_a_crashed_workers_items_then_run_one_at_a_time(config: pytest.Config) -
     assert alone_runs >= len(held) - 2 and not sched.suspects and not sched.pending
 
 
+def test_suspects_are_only_what_the_crashed_worker_could_have_started(
+    config: pytest.Config,
+) -> None:
+    """load's first chunk can hold far more than a worker looks ahead (37 items each of 400,
+    here). A worker starts at most its window ahead of the item it runs (16 for a share of
+    8), so 17 items are suspects, not 36 (each suspect runs alone: slowly)."""
+    sched = FedLoadScheduling(config, concurrency=16)
+    nodes = started(sched, SCENARIOS[:400])
+    held = list(sched.node2pending[nodes[0]])
+    assert len(held) > sched.depth() == 18
+    sched.remove_node(nodes[0])
+    assert sched.suspects == set(held[:17])
+
+
 def test_a_worker_out_of_budget_is_fed_no_more_while_another_has_some(
     config: pytest.Config,
 ) -> None:

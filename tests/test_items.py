@@ -244,6 +244,49 @@ def test_a_crash_in_a_call_started_ahead_is_blamed_on_its_own_item(
     assert "maximum crashed workers reached" not in result.stdout.str()
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_crash_that_reaches_the_restart_limit_fails_its_item(
+    pytester: pytest.Pytester, workers: str
+) -> None:
+    """With no worker to come in place of the crashed one (--max-worker-restart=0), the
+    item xdist blamed is not put back: it would never run, and its crash would vanish
+    into a "lost item" (a permissive gate then passed the run with exit code 0)."""
+    flat_family(pytester, "crash", 40, boom=(5,))
+    pytester.makeconftest(CRASH_ON_BOOM)
+    result = pytester.runpytest(
+        "--bench=crash", "-n", workers, "--max-worker-restart=0", "--agenteval-concurrency=8"
+    )
+    assert result.parseoutcomes().get("failed") == 1 and "rerun" not in result.parseoutcomes()
+    blamed = [r for r in records(pytester) if "crashed" in (r["result"].get("error") or "")]
+    assert len(blamed) == 1 and result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+CRASH_AFTER_A_GRADE = (
+    CRASH_ON_BOOM.replace("        os._exit(3)", "        time.sleep(0.3)\n        os._exit(3)")
+    + """
+@pytest.fixture(autouse=True)
+def slow_teardown():
+    yield
+    time.sleep(1.0)  # the crash of a call started ahead lands here, after the grade
+"""
+)
+
+
+def test_a_crash_after_an_items_grade_leaves_its_grade_standing(pytester: pytest.Pytester) -> None:
+    """-n 1: c00 is graded; in its teardown the call started ahead for c01 crashes the worker.
+    xdist blames c00: its grade stands (pytest counted it passed, and counts no failure
+    for it now), the run says so, and c01 runs again alone and is convicted."""
+    flat_family(pytester, "crash", 6, boom=(1,))
+    pytester.makeconftest(CRASH_AFTER_A_GRADE)
+    result = pytester.runpytest("--bench=crash", "-n", "1", "--agenteval-concurrency=8")
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("failed")) == (5, 1), result.stdout.str()
+    result.stdout.fnmatch_lines(["*worker gw0 crashed after crash/a.yaml::c00 was graded*"])
+    by_id = {r["scenario_id"]: r["result"] for r in records(pytester)}
+    assert by_id["c01"]["verdict"] == "error" and by_id["c00"]["verdict"] == "pass"
+    assert "the crash is this item's" in by_id["c01"]["error"]
+
+
 HANGS_ON_HUMAN = """\
 import asyncio, time
 import pytest
