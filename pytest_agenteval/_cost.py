@@ -265,6 +265,15 @@ class Bill:
             self._settled = True
             self.budget._settle(self, cost)
 
+    def charge_used(self, cost: Cost) -> None:
+        """A judge's call: settled with *cost* when the provider reported the tokens it
+        used, else released (a failed call, which priced at nothing would make a paid
+        judge look free and drag its average down)."""
+        if cost.prompt_tokens or cost.completion_tokens:
+            self.charge(cost)
+        else:
+            self.release()
+
     def release(self) -> None:
         """The call failed: out of those in flight, nothing spent."""
         if not self._settled:

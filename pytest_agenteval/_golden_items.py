@@ -267,7 +267,7 @@ class CalibrationItem(pytest.Item):
                         severity=self.article.meta.severity,
                     )
                     if not isinstance(judge, BatchedGrade):  # a batch's: charged as collected
-                        bill.charge(grade_cost(graded.meta, name, scheduler.rates))
+                        bill.charge_used(grade_cost(graded.meta, name, scheduler.rates))
             return graded
 
         graded = await asyncio.gather(*(one(judge) for judge in judges))

@@ -1023,7 +1023,7 @@ async def run_comparison(
             with budget.reserve(model) as bill:
                 parsed, details = await judge.ask(prompt.text, rendered.user, PREFERENCE_CONTRACT)
                 spent = cost_of(model, details.get("usage"), rates)
-                bill.charge(spent)
+                bill.charge_used(spent)
         judge_total = _plus(judge_total, spent)
         said = str(parsed.get("preference"))  # "first", "second" or "tie": the contract checked it
         return {

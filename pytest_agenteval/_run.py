@@ -438,7 +438,7 @@ async def run_scenario(
                     severity=severity,
                 )
                 spent = cost_of(model, graded.meta.get("usage"), rates)
-                bill.charge(spent)
+                bill.charge_used(spent)
         judge_costs.append(spent)
         return graded
 

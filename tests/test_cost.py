@@ -159,6 +159,21 @@ def test_a_price_learned_counts_for_the_calls_of_that_model_in_flight() -> None:
         budget.reserve("new-model")  # not priced yet: it may cost
 
 
+def test_a_judges_failed_call_prices_nothing() -> None:
+    """A failed judge call reports no tokens: released, not priced at $0, which would make
+    a paid judge look free (never refused) and drag its average down."""
+    budget = Budget(1.0)
+    with budget.reserve("judge") as failed:
+        failed.charge_used(Cost(0.0, 0, 0))
+    with budget.reserve("subject") as paid:
+        paid.charge_used(Cost(1.0, 10, 0))
+    with pytest.raises(BudgetExceeded):  # spent: refused, not waved through as free
+        budget.reserve("judge")
+    with budget.reserve("judge", paid=False) as failed_as_priced:  # what charge() would do
+        failed_as_priced.charge(Cost(0.0, 0, 0))
+    budget.reserve("judge")  # now "free": the exemption charge_used avoids
+
+
 PRICED_SLOW = """
 import time
 import pytest
