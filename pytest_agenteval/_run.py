@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._checks import Answer, ToolCall
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
@@ -46,7 +46,7 @@ from .judges._base import (
     is_deterministic,
 )
 from .judges._injection import given_text, scan_answer
-from .subjects._base import SubjectCall, SubjectError, call_subject
+from .subjects._base import SubjectCall, SubjectError, call_subject, is_async_subject
 
 if TYPE_CHECKING:
     from ._conditions import Condition
@@ -69,19 +69,50 @@ class ScenarioRun:
     tool_loop: Mapping[str, Any] | None = None
 
 
+T = TypeVar("T")
+
+#: Subject calls abandoned after --subject-timeout whose threads still run (see _within).
+_ABANDONED: set[asyncio.Future[Any]] = set()
+
+
 async def _within(
-    call: Awaitable[SubjectCall], subject: object, timeout_s: float | None
-) -> SubjectCall:
-    """*call*, abandoned after *timeout_s* unless the subject times its own calls."""
+    ask: Callable[[asyncio.Event], Awaitable[T]], subject: object, timeout_s: float | None
+) -> T:
+    """``ask(started)``, which takes the subject's lock and a call slot, sets *started* and
+    calls the subject; abandoned *timeout_s* after it started, unless the subject times its
+    own calls. The item errs then. An async subject's call is cancelled; a sync subject's
+    thread cannot be stopped, so its call keeps the lock and the slot until the thread
+    returns, and the concurrency (and a subject that takes one call at a time) hold."""
+    started = asyncio.Event()
     if timeout_s is None or getattr(subject, "times_itself", False):
-        return await call
+        return await ask(started)
+    task = asyncio.ensure_future(ask(started))
     try:
-        return await asyncio.wait_for(call, timeout_s)
-    except asyncio.TimeoutError:
-        raise SubjectError(
-            f"subject did not answer within {timeout_s:g}s (--subject-timeout); the call was "
-            "abandoned"
-        ) from None
+        begun = asyncio.ensure_future(started.wait())
+        try:  # the clock starts with the call, not while it waits for its slot
+            await asyncio.wait({task, begun}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            begun.cancel()
+        if not task.done():
+            await asyncio.wait({task}, timeout=timeout_s)
+    except BaseException:  # cancelled (-x, Ctrl-C): the call with it
+        task.cancel()
+        raise
+    if task.done():
+        return task.result()
+    if is_async_subject(subject):
+        task.cancel()
+    _ABANDONED.add(task)
+    task.add_done_callback(_forget)
+    raise SubjectError(
+        f"subject did not answer within {timeout_s:g}s (--subject-timeout); the call was abandoned"
+    )
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    _ABANDONED.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned call's failure is no one's to report
 
 
 #: An xdist worker's ``workeroutput`` key: the runs it made ahead for items it never ran.
@@ -363,15 +394,19 @@ async def run_scenario(
     # this item's call_tool: the condition's MCP tools, each call recorded
     caller = condition.toolbox.caller() if condition and condition.toolbox else None
     model = getattr(subject, "name", None)
-    try:
+
+    async def ask(started: asyncio.Event) -> tuple[SubjectCall, Cost]:
         async with subject_lock, limiter:
             with budget.reserve(model) as bill:
                 context = subject_context(scenario, condition, sample, caller)
-                call = await _within(
-                    call_subject(subject, scenario.input, context), subject, subject_timeout_s
-                )
+                started.set()
+                call = await call_subject(subject, scenario.input, context)
                 subject_cost = cost_of(model, call.response.usage, rates)
                 bill.charge(subject_cost)
+                return call, subject_cost
+
+    try:
+        call, subject_cost = await _within(ask, subject, subject_timeout_s)
     except ConfigError:
         raise
     except (BudgetExceeded, SubjectError) as exc:

@@ -329,6 +329,49 @@ def test_subject_timeout_given_bounds_a_python_subject(
     assert "did not answer within 0.5s (--subject-timeout); the call was abandoned" in lost["error"]
 
 
+ONE_CALL_AT_A_TIME = """\
+import threading, time
+import pytest
+
+active = peak = 0
+lock = threading.Lock()
+
+def agent(prompt):
+    global active, peak
+    with lock:
+        active += 1
+        peak = max(peak, active)
+    try:
+        time.sleep(0.8 if "boom" in prompt else 0.01)
+    finally:
+        with lock:
+            active -= 1
+    return "I can't help with that."
+
+agent.concurrent = False  # not safe to call twice at once
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+
+def pytest_sessionfinish(session):
+    (session.config.rootpath / "peak.txt").write_text(str(peak))
+"""
+
+
+def test_a_call_abandoned_after_the_timeout_keeps_its_subject_busy(
+    pytester: pytest.Pytester,
+) -> None:
+    """A sync subject's thread cannot be stopped: its abandoned call keeps the subject's lock
+    (and its slot) until it returns, so a subject that takes one call at a time is never
+    called twice at once (with the lock given up at the timeout, four calls overlapped)."""
+    flat_family(pytester, "fam", 10, boom=(0, 1, 2))
+    pytester.makeconftest(ONE_CALL_AT_A_TIME)
+    result = pytester.runpytest("--bench=fam", "--subject-timeout=0.2", "--agenteval-concurrency=8")
+    result.assert_outcomes(passed=7, errors=3)
+    assert (pytester.path / "peak.txt").read_text() == "1"
+
+
 def test_interrupt_before_the_first_result_leaves_evidence(pytester: pytest.Pytester) -> None:
     family(
         pytester,

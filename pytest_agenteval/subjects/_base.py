@@ -105,7 +105,8 @@ def _signature_keywords(fn: Callable[..., object]) -> frozenset[str] | None:
 _accepted_once = functools.lru_cache(maxsize=256)(_signature_keywords)
 
 
-def _is_async(fn: Callable[..., object]) -> bool:
+def is_async_subject(fn: object) -> bool:
+    """Is *fn* (a function, or a callable instance) a coroutine function?"""
     call = getattr(fn, "__call__", None)  # noqa: B004 - callable instances
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
@@ -118,7 +119,7 @@ async def call_subject(
     kwargs = {k: v for k, v in context.items() if accepted is None or k in accepted}
     start = time.perf_counter()
     try:
-        if _is_async(subject):
+        if is_async_subject(subject):
             value = subject(prompt, **kwargs)
             if inspect.isawaitable(value):  # the coroutine of a coroutine function
                 value = await value
