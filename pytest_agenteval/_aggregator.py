@@ -442,7 +442,15 @@ class Aggregator:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr or "")
         reason = reason.removeprefix("Skipped: ") or "skipped"
+        ahead = getattr(report, "agenteval_made_ahead", None)
+        if isinstance(ahead, dict) and ahead.get("cost"):  # paid for: counted in the cost
+            reason += (
+                "; its calls, made ahead of it, were answered: the answer and their cost are "
+                "kept in this record"
+            )
         payload = error_record(self.run, ref, reason, self.run.subject_name(), skipped=True)
+        if isinstance(ahead, dict) and ahead.get("cost"):
+            payload.update(ahead)
         report.agenteval = self._ingest(payload)  # type: ignore[attr-defined]
 
     def _ingest(self, payload: dict[str, Any]) -> dict[str, Any]:

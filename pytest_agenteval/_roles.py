@@ -157,6 +157,10 @@ class GraderHooks:
         report: pytest.TestReport = yield
         if not isinstance(item, (ScenarioItem, CalibrationItem)):
             return report
+        if call.when == "setup" and report.skipped:  # skipped by a fixture or a marker
+            run = self.state.scheduler.take_made_ahead(item.nodeid)
+            if run is not None and run.cost:  # its calls were made ahead: they cost
+                report.agenteval_made_ahead = made_ahead_fields(run)  # type: ignore[attr-defined]
         if call.when == "setup" and call.excinfo is not None and report.failed:
             message = setup_error_text(self.state, call.excinfo)
             report.longrepr = message

@@ -259,12 +259,23 @@ class Scheduler:
         """
         ahead = 0
         for nxt in upcoming:
-            if nxt is item:
+            if nxt is item or _may_be_skipped(nxt):  # started when it runs, if it runs
                 continue
             if ahead >= self.window or not isinstance(nxt, kind):
                 return
             ahead += 1
             yield nxt
+
+    def take_made_ahead(self, nodeid: str) -> ScenarioRun | None:
+        """An item that will not run (skipped): the run made ahead for it, finished, or
+        None; one still going is cancelled (what its calls cost so far is not known)."""
+        future = self.tasks.pop(nodeid, None)
+        if future is None:
+            return None
+        if future.done() and not future.cancelled() and future.exception() is None:
+            return future.result()
+        future.cancel()
+        return None
 
     def cancel_pending(self) -> None:
         for nodeid, future in self.tasks.items():
@@ -368,6 +379,22 @@ def _run_on_a_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any
         raise
     if raised and isinstance(raised[0], KeyboardInterrupt):
         raise raised[0]
+
+
+def _may_be_skipped(item: Any) -> bool:
+    """Does *item* carry a mark that may skip it (``skip``, ``skipif``, an ``xfail`` that
+    does not run)? Its calls are not started ahead: a skipped item needs none."""
+    known = getattr(item, "_agenteval_may_skip", None)  # looked at up to a window of times
+    if known is None:
+        iter_markers = getattr(item, "iter_markers", None)
+        known = iter_markers is not None and any(
+            mark.name in ("skip", "skipif")
+            or (mark.name == "xfail" and mark.kwargs.get("run", True) is False)
+            for mark in iter_markers()
+        )
+        with contextlib.suppress(AttributeError):
+            item._agenteval_may_skip = known
+    return bool(known)
 
 
 def upcoming_items(item: Any, limit: int) -> list[Any]:

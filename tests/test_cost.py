@@ -159,6 +159,48 @@ def test_a_price_learned_counts_for_the_calls_of_that_model_in_flight() -> None:
         budget.reserve("new-model")  # not priced yet: it may cost
 
 
+SKIPPING = """
+import pytest
+from pytest_agenteval import Response
+
+CALLS = []
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    def agent(prompt):
+        CALLS.append(prompt)
+        return Response("I can't help with that.", usage={"prompt_tokens": 1000, "completion_tokens": 1000})
+    agent.name = "priced-model"
+    return agent
+
+def pytest_collection_modifyitems(items):
+    for item in items[1::4]:  # f01, f05, ...: skipped by a mark, known before the run
+        item.add_marker(pytest.mark.skip(reason="by a mark"))
+
+@pytest.fixture(autouse=True)
+def _skip_some(request):
+    if request.node.name in ("f02", "f10"):  # skipped at setup: its calls went out ahead
+        pytest.skip("by a fixture")
+
+def pytest_sessionfinish(session):
+    (session.config.rootpath / "calls.txt").write_text(str(len(CALLS)))
+"""
+
+
+def test_skipped_items_are_not_called_ahead_and_what_was_is_costed(
+    pytester: pytest.Pytester,
+) -> None:
+    """Items a mark skips are not started ahead (their calls were made and paid for, and
+    the cost left out: 24 calls for 18 items run); an item a fixture skips after its calls
+    went out ahead keeps their cost in its record, so the run's cost is every call."""
+    result = priced_run(pytester, SKIPPING, "--agenteval-concurrency=8")
+    result.assert_outcomes(passed=16, skipped=8)
+    calls = int((pytester.path / "calls.txt").read_text())
+    assert calls <= 24 - 6  # none of the six marked items was called
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["total"]["usd"] == pytest.approx(calls * 0.002)
+
+
 def test_a_judges_failed_call_prices_nothing() -> None:
     """A failed judge call reports no tokens: released, not priced at $0, which would make
     a paid judge look free (never refused) and drag its average down."""

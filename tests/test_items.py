@@ -1020,8 +1020,11 @@ def test_an_item_the_user_skips_is_recorded_skipped_not_lost(
     result.assert_outcomes(passed=1, skipped=2)
     assert "lost item" not in result.stdout.str()
     by_id = {rec["scenario_id"]: rec["result"] for rec in records(pytester)}
+    # the fixture's skip may come after its calls went out ahead: then the record says so
     assert {
-        k: (v["verdict"], v["reasoning"]) for k, v in by_id.items() if k != "demo-refuse-001"
+        k: (v["verdict"], v["reasoning"].split("; its calls, made ahead")[0])
+        for k, v in by_id.items()
+        if k != "demo-refuse-001"
     } == {
         "demo-refuse-002": ("skipped", "not today"),
         "demo-disclose-001": ("skipped", "no disclosure runs on Fridays"),
