@@ -96,6 +96,10 @@ class GraderHooks:
 
     def _build(self, session: pytest.Session) -> None:
         items = [i for i in session.items if isinstance(i, (ScenarioItem, CalibrationItem))]
+        from ._scheduler import may_be_skipped
+
+        # once, here, not for each look ahead (nor kept on each of 10,000 items)
+        self.state.scheduler.may_skip = {i.nodeid for i in items if may_be_skipped(i)}
         # A run of benchmark items alone: the collector is quietened while it imports the
         # SDKs and runs the items (see _collector.py), until pytest_unconfigure.
         alone = bool(items) and len(items) == len(session.items)

@@ -123,6 +123,8 @@ class Scheduler:
         self._idle_armed = False
         #: how long a Python subject's call may take (--subject-timeout, when given)
         self.subject_timeout_s: float | None = None
+        #: node ids of the items a mark may skip (see may_be_skipped): never started ahead
+        self.may_skip: set[str] = set()
 
     @property
     def limiter(self) -> CallSlots:
@@ -259,8 +261,8 @@ class Scheduler:
         """
         ahead = 0
         for nxt in upcoming:
-            if nxt is item or _may_be_skipped(nxt):  # started when it runs, if it runs
-                continue
+            if nxt is item or (self.may_skip and getattr(nxt, "nodeid", None) in self.may_skip):
+                continue  # (an item a mark may skip: started when it runs, if it runs)
             if ahead >= self.window or not isinstance(nxt, kind):
                 return
             ahead += 1
@@ -381,20 +383,14 @@ def _run_on_a_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any
         raise raised[0]
 
 
-def _may_be_skipped(item: Any) -> bool:
+def may_be_skipped(item: Any) -> bool:
     """Does *item* carry a mark that may skip it (``skip``, ``skipif``, an ``xfail`` that
     does not run)? Its calls are not started ahead: a skipped item needs none."""
-    known = getattr(item, "_agenteval_may_skip", None)  # looked at up to a window of times
-    if known is None:
-        iter_markers = getattr(item, "iter_markers", None)
-        known = iter_markers is not None and any(
-            mark.name in ("skip", "skipif")
-            or (mark.name == "xfail" and mark.kwargs.get("run", True) is False)
-            for mark in iter_markers()
-        )
-        with contextlib.suppress(AttributeError):
-            item._agenteval_may_skip = known
-    return bool(known)
+    return any(
+        mark.name in ("skip", "skipif")
+        or (mark.name == "xfail" and mark.kwargs.get("run", True) is False)
+        for mark in item.iter_markers()
+    )
 
 
 def upcoming_items(item: Any, limit: int) -> list[Any]:
