@@ -261,15 +261,27 @@ def test_a_crash_that_reaches_the_restart_limit_fails_its_item(
     assert len(blamed) == 1 and result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-CRASH_AFTER_A_GRADE = (
-    CRASH_ON_BOOM.replace("        os._exit(3)", "        time.sleep(0.3)\n        os._exit(3)")
-    + """
+CRASH_AFTER_A_GRADE = """\
+import os, time
+import pytest
+
+def agent(prompt):
+    if "boom" in prompt:  # started ahead while c00 is asked, it dies a second later
+        time.sleep(1.0)
+        os._exit(3)
+    time.sleep(0.2)  # c00's answer: its wait lets the loop start c01's call
+    return "I can't help with that."
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+
 @pytest.fixture(autouse=True)
-def slow_teardown():
+def slow_teardown(request):
     yield
-    time.sleep(1.0)  # the crash of a call started ahead lands here, after the grade
+    if request.node.name == "c00":
+        time.sleep(3.0)  # c00 is graded by then: the crash lands in its teardown
 """
-)
 
 
 def test_a_crash_after_an_items_grade_leaves_its_grade_standing(pytester: pytest.Pytester) -> None:
