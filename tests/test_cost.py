@@ -198,7 +198,10 @@ def test_skipped_items_are_not_called_ahead_and_what_was_is_costed(
     calls = int((pytester.path / "calls.txt").read_text())
     assert calls <= 24 - 6  # none of the six marked items was called
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
-    assert json.loads(summary.read_text())["cost"]["total"]["usd"] == pytest.approx(calls * 0.002)
+    costed = round(json.loads(summary.read_text())["cost"]["total"]["usd"] / 0.002)
+    # every call is in the cost, but for a call of f02 or f10 still in flight at its skip
+    # (cancelled; what it cost is not known): rare, as the subject answers at once
+    assert calls - 2 <= costed <= calls
 
 
 def test_a_judges_failed_call_prices_nothing() -> None:
