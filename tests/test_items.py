@@ -288,11 +288,14 @@ def test_a_crash_after_an_items_grade_leaves_its_grade_standing(pytester: pytest
     """-n 1: c00 is graded; in its teardown the call started ahead for c01 crashes the worker.
     xdist blames c00: its grade stands (pytest counted it passed, and counts no failure
     for it now), the run says so, and c01 runs again alone and is convicted."""
-    flat_family(pytester, "crash", 6, boom=(1,))
+    # 12 items: xdist's first batch is then 3 (a quarter), so when c00 starts its worker
+    # knows c01 and c02, and starts c01's call (with 6, the batch is 2: c01 would be the
+    # last item it knows, not started ahead, until the next batch arrived)
+    flat_family(pytester, "crash", 12, boom=(1,))
     pytester.makeconftest(CRASH_AFTER_A_GRADE)
     result = pytester.runpytest("--bench=crash", "-n", "1", "--agenteval-concurrency=8")
     outcomes = result.parseoutcomes()
-    assert (outcomes.get("passed"), outcomes.get("failed")) == (5, 1), result.stdout.str()
+    assert (outcomes.get("passed"), outcomes.get("failed")) == (11, 1), result.stdout.str()
     result.stdout.fnmatch_lines(["*worker gw0 crashed after crash/a.yaml::c00 was graded*"])
     by_id = {r["scenario_id"]: r["result"] for r in records(pytester)}
     assert by_id["c01"]["verdict"] == "error" and by_id["c00"]["verdict"] == "pass"
