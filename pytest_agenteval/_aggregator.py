@@ -196,6 +196,21 @@ _CALL_DETAILS = frozenset(
 )
 
 
+def _keep_made_ahead(record: dict[str, Any], ahead: object) -> None:
+    """The record of an item that was not asked (skipped, or never reached) takes what the
+    run made ahead for it held, when its calls cost: paid for, they count in the run's
+    cost. Its reason (skipped) or error (not evaluated) says so."""
+    if not (isinstance(ahead, dict) and ahead.get("cost")):
+        return
+    record.update(ahead)
+    result = record["result"]
+    said = "reasoning" if result.get("verdict") == "skipped" else "error"
+    result[said] += (
+        "; its calls, made ahead of it, were answered: the answer and their cost are kept "
+        "in this record"
+    )
+
+
 def quiet_leaf(result: EvalResult) -> EvalResult:
     """A quiet pass's grade as the tree needs it: without the judges' and criteria's
     grades and words, which only the reports of a failure show (results.jsonl has them).
@@ -442,15 +457,8 @@ class Aggregator:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr or "")
         reason = reason.removeprefix("Skipped: ") or "skipped"
-        ahead = getattr(report, "agenteval_made_ahead", None)
-        if isinstance(ahead, dict) and ahead.get("cost"):  # paid for: counted in the cost
-            reason += (
-                "; its calls, made ahead of it, were answered: the answer and their cost are "
-                "kept in this record"
-            )
         payload = error_record(self.run, ref, reason, self.run.subject_name(), skipped=True)
-        if isinstance(ahead, dict) and ahead.get("cost"):
-            payload.update(ahead)
+        _keep_made_ahead(payload, getattr(report, "agenteval_made_ahead", None))
         report.agenteval = self._ingest(payload)  # type: ignore[attr-defined]
 
     def _ingest(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -595,12 +603,7 @@ class Aggregator:
                 record = error_record(self.run, ref, why, self.run.subject_name())
                 run = self.run.scheduler.made_ahead(nodeid)
                 ahead = made_ahead_fields(run) if run is not None else self.made_ahead.get(nodeid)
-                if ahead and ahead.get("cost"):  # paid for: counted in the run's cost
-                    record.update(ahead)
-                    record["result"]["error"] += (
-                        "; its calls, made ahead of it, were answered: the answer and their "
-                        "cost are kept in this record"
-                    )
+                _keep_made_ahead(record, ahead)
                 self._ingest(record)
 
     def _ref_for(self, nodeid: str) -> ItemRef | None:

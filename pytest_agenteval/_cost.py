@@ -182,8 +182,8 @@ class Budget:
 
     def expected(self, model: str | None) -> float:
         """What a call of *model* is expected to cost: its calls' average so far, else 0."""
-        usd, calls = self._priced.get(model or "", (0.0, 0))
-        return usd / calls if calls else 0.0
+        dollars, calls = self._priced.get(model or "", (0.0, 0))
+        return dollars / calls if calls else 0.0
 
     def in_flight(self) -> float:
         """What the paid calls in flight are expected to cost, at their models' averages."""
@@ -222,8 +222,8 @@ class Budget:
         deterministic judge, a local model), or of a model whose calls so far cost nothing,
         is never refused nor counted in flight; what it reports it cost is still spent."""
         key = model or ""
-        usd, calls = self._priced.get(key, (0.0, 0))
-        if calls and not usd:  # its calls so far cost nothing (a Python subject that
+        dollars, calls = self._priced.get(key, (0.0, 0))
+        if calls and not dollars:  # its calls so far cost nothing (a Python subject that
             paid = False  # reports no usage): nothing to stop it for; a paid judge after it is
         if paid:
             with self._lock:

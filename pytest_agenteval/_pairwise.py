@@ -928,15 +928,16 @@ async def run_comparison(
     rates = rates or {}
     severity = scenario.severity or article.meta.severity
 
-    async def answer(c: Contestant) -> SubjectCall:
+    async def answer(c: Contestant) -> tuple[SubjectCall, Cost]:
         model = getattr(c.subject, "name", None)
         async with c.lock, limiter:
             with budget.reserve(model) as bill:
                 call = await call_subject(
                     c.subject, scenario.input, subject_context(scenario, c.side.condition)
                 )
-                bill.charge(cost_of(model, call.response.usage, rates))
-                return call
+                spent = cost_of(model, call.response.usage, rates)
+                bill.charge(spent)
+                return call, spent
 
     calls = await asyncio.gather(*(answer(c) for c in pair), return_exceptions=True)
     sides: dict[str, dict[str, object]] = {}
@@ -945,16 +946,18 @@ async def run_comparison(
     answers: dict[str, Answer] = {}
     subject_total = Cost(0.0, 0, 0)
     withheld: set[str] = set()
-    for c, call in zip(pair, calls, strict=True):
-        if isinstance(call, BaseException):
-            if isinstance(call, ConfigError) or not isinstance(call, SubjectError | BudgetExceeded):
-                raise call  # a configuration error, or Ctrl-C: not this item's problem
-            error = f"side {c.side.key.upper()} ({c.side.label}): {call}"
+    for c, answered in zip(pair, calls, strict=True):
+        if isinstance(answered, BaseException):
+            if isinstance(answered, ConfigError) or not isinstance(
+                answered, SubjectError | BudgetExceeded
+            ):
+                raise answered  # a configuration error, or Ctrl-C: not this item's problem
+            error = f"side {c.side.key.upper()} ({c.side.label}): {answered}"
             errors.append(error)
             sides[c.side.key] = _side_record(c, None, error, [])
             latency[c.side.key] = None
             continue
-        spent = cost_of(getattr(c.subject, "name", None), call.response.usage, rates)
+        call, spent = answered
         subject_total = _plus(subject_total, spent)
         answers[c.side.key] = call.response.answer()
         withheld.update(call.withheld)

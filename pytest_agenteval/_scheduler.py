@@ -274,15 +274,14 @@ class Scheduler:
         future = self.tasks.pop(nodeid, None)
         if future is None:
             return None
-        if future.done() and not future.cancelled() and future.exception() is None:
-            return future.result()
-        future.cancel()
-        return None
+        future.cancel()  # nothing, once done
+        return _finished(future)
 
     def cancel_pending(self) -> None:
         for nodeid, future in self.tasks.items():
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self.kept[nodeid] = future.result()
+            run = _finished(future)
+            if run is not None:
+                self.kept[nodeid] = run
             future.cancel()
         self.tasks.clear()
 
@@ -298,8 +297,8 @@ class Scheduler:
     def made_ahead(self, nodeid: str) -> ScenarioRun | None:
         """The run made ahead for *nodeid*, finished, if its item never took it."""
         future = self.tasks.get(nodeid)
-        if future is not None and future.done() and not future.cancelled():
-            return future.result() if future.exception() is None else None
+        if future is not None and future.done():
+            return _finished(future)
         return self.kept.get(nodeid)
 
     def close(self) -> None:
@@ -381,6 +380,13 @@ def _run_on_a_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any
         raise
     if raised and isinstance(raised[0], KeyboardInterrupt):
         raise raised[0]
+
+
+def _finished(future: asyncio.Future[ScenarioRun]) -> ScenarioRun | None:
+    """The run *future* holds, when it finished with one (not cancelled, no error)."""
+    if future.done() and not future.cancelled() and future.exception() is None:
+        return future.result()
+    return None
 
 
 def may_be_skipped(item: Any) -> bool:
