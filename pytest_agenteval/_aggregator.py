@@ -766,9 +766,11 @@ class Aggregator:
             outcome.started_at = recorder.started_at
             outcome.head = recorder.writer.head
             ended = datetime.now(timezone.utc)
-            summary = summary_dict(outcome, self.run.judge_specs or ["rules"], ended)
+            # its nodes are made as they are written (and again, without the quiet passes,
+            # for the reports): not one object per scenario held whole, nor its copy
+            summary = summary_dict(outcome, self.run.judge_specs or ["rules"], ended, streamed=True)
             recorder.write_json("summary.json", summary)
-            self._write_reports(recorder, plan, bucket, summary, interrupted)
+            summary = self._write_reports(recorder, plan, bucket, summary, interrupted)
             # the same number the gate names: items with no grade (errors, lost, not run)
             not_evaluated = tree.counts()["error"] if tree is not None else 0
             outcome.head = recorder.finalize(interrupted=interrupted, not_evaluated=not_evaluated)
@@ -784,7 +786,9 @@ class Aggregator:
         bucket: Collected,
         summary: dict[str, Any],
         interrupted: bool,
-    ) -> None:
+    ) -> dict[str, Any]:
+        """The human reports, JUnit XML and SARIF; returns *summary* without the quiet
+        passes no report shows (:func:`~._human.summary_for_reports`)."""
         from . import __version__
         from ._model import RunHeader, RunSummary, SourceLocation
         from ._prcheck import bundled_location
@@ -798,7 +802,8 @@ class Aggregator:
 
         stream = self._stream_of(bucket) if bucket.streaming else self._rebuilt_stream(bucket)
         # the tree without the quiet passes no report shows: not a model of every scenario
-        run_summary = RunSummary.from_json(summary_for_reports(summary, stream.shown))
+        summary = summary_for_reports(summary, stream.shown)
+        run_summary = RunSummary.from_json(summary)
         # where a bundled family's findings show in code scanning (its files are not in
         # the repository): the pytest configuration that runs it
         bundled = bundled_location(self.run.config, plan.family.name)
@@ -839,6 +844,7 @@ class Aggregator:
             render_html(clean_summary, shown, assume_clean=True, usage=usage),
         )
         stream.close()
+        return summary
 
     def _write_human_reports(self, recorder: RunRecorder, md: str, html: str) -> None:
         """report.md and report.html, redacted once more as whole texts."""

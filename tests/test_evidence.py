@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import rfc8785
@@ -1579,6 +1579,62 @@ def test_indented_json_is_written_in_pieces_and_reads_back_as_the_safe_copy() ->
     out = io.BytesIO()
     ev.write_indented_json(plain, out)
     assert out.getvalue() == (json.dumps(plain, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def test_a_streamed_array_is_written_item_by_item_cleaned_and_one_per_line() -> None:
+    """summary.json's nodes: a :class:`Streamed` array is made while it is written, each
+    item cleaned (made safe, redacted) on its own and written on one line before the next
+    is made; the values beside it are cleaned too, and the document reads back as the same
+    value, made whole, written by json.dumps."""
+    import io
+
+    from pytest_agenteval.evidence._redact import Redactor
+
+    secret = "tok-9f8e7d6c5b4a3210"
+    redact = Redactor({"SOME_TOKEN": secret}).text
+
+    def clean(value: object) -> object:
+        return ev.json_safe(value, text=redact)[0]
+
+    out = io.BytesIO()
+    written_when_made: list[int] = []
+
+    def items() -> Any:
+        for i in range(3):
+            written_when_made.append(len(out.getvalue()))
+            yield {"id": f"s{i} {secret}", "score": math.nan if i == 1 else i / 2, "lone": "\udc80"}
+
+    nested = ev.Streamed(lambda: iter([{"id": "article", "children": ev.Streamed(items)}]))
+    value = {"schema": f"x {secret}", "nodes": [{"id": "root", "children": nested}], "n": 1}
+    ev.write_indented_json(value, out, clean=clean)
+    text = out.getvalue().decode("utf-8")
+    assert secret not in text and "\\udc80" in text
+    # each item is made after the one before it was written
+    assert written_when_made == sorted(set(written_when_made))
+    parsed = json.loads(text)
+    mark = parsed["schema"].removeprefix("x ")  # what the redactor put for the secret
+    assert mark and secret not in mark
+    leaves = [
+        {"id": f"s{i} {mark}", "score": "NaN" if i == 1 else i / 2, "lone": "\udc80"}
+        for i in range(3)
+    ]
+    article = {"id": "article", "children": leaves}
+    assert parsed == {
+        "schema": f"x {mark}",
+        "nodes": [{"id": "root", "children": [article]}],
+        "n": 1,
+    }
+    lines = [line.strip().rstrip(",") for line in text.splitlines() if '"score"' in line]
+    assert [json.loads(line) for line in lines] == leaves  # one line each
+    # read again, a streamed array is made again
+    assert (
+        [cast("dict[str, Any]", a)["id"] for a in nested]
+        == ["article"]
+        == [cast("dict[str, Any]", a)["id"] for a in nested]
+    )
+    out = io.BytesIO()
+    ev.write_indented_json({"nodes": ev.Streamed(lambda: iter(()))}, out)
+    assert json.loads(out.getvalue()) == {"nodes": []}
 
 
 _KEY_SECRET = "sk-abcdefghijklmnopqrstuvwx0123456789"

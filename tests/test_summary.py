@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -152,6 +153,31 @@ def test_a_benchmark_summary_by_hand(plan: Plan) -> None:
     }
     assert (summary["chain_head"], summary["started_at"]) == (HEAD, STARTED)
     assert summary["ended_at"] == "2026-11-23T16:40:00.123Z"  # UTC, to the millisecond
+
+
+def test_a_streamed_summary_is_the_same_document_and_the_same_for_the_reports(
+    plan: Plan, tmp_path: Path
+) -> None:
+    """The end of a run makes summary.json's nodes as it writes them, and again, without
+    the quiet passes, for the reports: the file reads as the whole summary, the reports get
+    what they got from it, and nothing the reports keep is made as it is read."""
+    import io
+
+    from pytest_agenteval.evidence._chain import streams, write_indented_json
+    from pytest_agenteval.reports._human import summary_for_reports
+
+    made = outcome(plan, build_tree(plan, leaves(plan)), {})
+    whole = summary_dict(made, ["rules"], ENDED)
+    streamed = summary_dict(made, ["rules"], ENDED, streamed=True)
+    assert streams(streamed) and not streams(whole)
+    out = io.BytesIO()
+    write_indented_json(streamed, out)
+    assert json.loads(out.getvalue()) == whole
+    for shown in ([], [SimpleNamespace(scenario_id="a1", result=None)]):
+        lean = summary_for_reports(streamed, shown)  # type: ignore[arg-type]
+        assert not streams(lean)
+        assert lean == summary_for_reports(whole, shown)  # type: ignore[arg-type]
+    assert json.dumps(summary_for_reports(whole, [])) != json.dumps(whole)  # it prunes
 
 
 def test_each_verdict_is_counted_under_its_own_key(plan: Plan) -> None:

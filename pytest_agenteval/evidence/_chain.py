@@ -399,19 +399,94 @@ def json_safe(
     return safe, walker.finish()
 
 
-def write_indented_json(value: JSONValue, out: BinaryIO) -> None:
-    """*value* (JSON-safe) as UTF-8 JSON indented by 2, written to *out* piece by piece.
+class Streamed:
+    """A JSON array whose items are made as it is read, each time it is read.
+
+    :func:`write_indented_json` writes its items one by one, so that a large
+    document (summary.json's nodes: one per scenario) never exists whole in
+    memory, neither as objects nor as text.
+    """
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[], Iterable[object]]) -> None:
+        self._make = make
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self._make())
+
+
+def streams(value: object) -> bool:
+    """Whether *value* is, or holds, a :class:`Streamed` array (in a dict, list or tuple)."""
+    if isinstance(value, Streamed):
+        return True
+    if isinstance(value, dict):
+        return any(streams(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(streams(v) for v in value)
+    return False
+
+
+_INDENTED = json.JSONEncoder(indent=2, ensure_ascii=False)
+#: one streamed item per line: the C encoder (an indented document is encoded in Python)
+_ONE_LINE = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "))
+
+
+def write_indented_json(
+    value: object, out: BinaryIO, *, clean: Callable[[object], object] | None = None
+) -> None:
+    """*value* as UTF-8 JSON indented by 2, written to *out* piece by piece.
 
     The text never exists whole in memory. A lone surrogate, which UTF-8
     cannot hold, is written as its ``\\udxxx`` escape (it can only be inside a
-    string), so the file reads back to the same value.
+    string), so the file reads back to the same value. *clean* (e.g.
+    :func:`json_safe` with a redactor) is applied to each part as it is written:
+    to the whole of a value with no :class:`Streamed` array in it, else to each
+    key, to each item of a streamed array and to each value beside one. A
+    streamed array's plain items are written one per line.
     """
-    for chunk in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
+    for chunk in _indented(value, 0, clean or _as_is):
         try:
             out.write(chunk.encode("utf-8"))
         except UnicodeEncodeError:
             out.write(_SURROGATE.sub(_surrogate_escape, chunk).encode("utf-8"))
     out.write(b"\n")
+
+
+def _as_is(value: object) -> object:
+    return value
+
+
+def _indented(value: object, level: int, clean: Callable[[object], object]) -> Iterator[str]:
+    if not streams(value):
+        chunks = _INDENTED.iterencode(clean(value))
+        if not level:
+            yield from chunks
+            return
+        # the encoder escapes every newline inside a string: each one here starts a line
+        pad = "\n" + "  " * level
+        for chunk in chunks:
+            yield chunk.replace("\n", pad)
+        return
+    inner, outer = "\n" + "  " * (level + 1), "\n" + "  " * level
+    if isinstance(value, dict):
+        sep = "{"
+        for key, item in value.items():
+            yield sep + inner + _ONE_LINE.encode(clean(str(key))) + ": "
+            sep = ","
+            yield from _indented(item, level + 1, clean)
+        yield outer + "}"
+        return
+    items = cast("Iterable[object]", value)
+    sep = "["
+    for item in items:
+        yield sep + inner
+        sep = ","
+        if isinstance(value, Streamed) and not streams(item):
+            yield _ONE_LINE.encode(clean(item))
+        else:
+            yield from _indented(item, level + 1, clean)
+    yield "[]" if sep == "[" else outer + "]"
 
 
 def _surrogate_escape(match: re.Match[str]) -> str:

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +32,7 @@ from .._vocab import VERDICTS, JSONObject, JSONValue
 from ._chain import (
     CONVERTED_KEY,
     EvidenceWriter,
+    Streamed,
     canonical_json,
     json_safe,
     json_safe_record,
@@ -141,7 +142,7 @@ def rfc3339(when: datetime) -> str:
     return when.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def node_dict(result: EvalResult) -> dict[str, Any]:
+def node_dict(result: EvalResult, *, streamed: bool = False) -> dict[str, Any]:
     """A summary node: the contract keys plus a few that help a reader.
 
     ``score`` is the node's score as rounded once where it was made (see
@@ -149,6 +150,8 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
     ``counts`` counts items — a scenario, or each of its samples — once each;
     the judges and criteria of one grade are not nodes here (results.jsonl
     has them). A scenario node says whether a judge suspected injection.
+    *streamed*: the children of every node above a scenario are a :class:`Streamed`
+    array, made as it is read (summary.json is written without a copy of every node).
     """
     node: dict[str, Any] = {
         "id": result.key,
@@ -160,7 +163,7 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
         "aggregation": result.aggregation,
         "severity": result.severity,
         "counts": result.counts(),
-        "children": [node_dict(c) for c in result.children if c.kind not in _NOT_NODES],
+        "children": _child_nodes(result, streamed),
     }
     if result.kind == "scenario":
         node["injection_suspected"] = any(injection_suspected(i) for i in result.items())
@@ -179,6 +182,15 @@ def node_dict(result: EvalResult) -> dict[str, Any]:
     if result.reasoning and result.kind != "scenario":
         node["note"] = result.reasoning
     return node
+
+
+def _child_nodes(result: EvalResult, streamed: bool) -> list[dict[str, Any]] | Streamed:
+    def made() -> Iterator[dict[str, Any]]:
+        return (
+            node_dict(c, streamed=streamed) for c in result.children if c.kind not in _NOT_NODES
+        )
+
+    return Streamed(made) if streamed and result.kind != "scenario" else list(made())
 
 
 #: What a scenario node says of its samples (``score_ci`` etc.: see :mod:`._stats`).
@@ -255,7 +267,12 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) -> dict[str, Any]:
+def summary_dict(
+    outcome: FamilyOutcome, judges: list[str], ended_at: datetime, *, streamed: bool = False
+) -> dict[str, Any]:
+    """summary.json's content. *streamed*: its nodes are made as they are read (see
+    :func:`node_dict`), for :meth:`RunRecorder.write_json` and
+    :func:`~pytest_agenteval.reports._human.summary_for_reports`."""
     from .. import __version__
 
     plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
@@ -282,7 +299,7 @@ def summary_dict(outcome: FamilyOutcome, judges: list[str], ended_at: datetime) 
             "skipped": counts["skipped"],
             "injection_suspected": flagged,  # of the items above, those a judge flagged
         },
-        "nodes": [node_dict(tree)] if tree else [],
+        "nodes": [node_dict(tree, streamed=streamed)] if tree else [],
         "cost": cost_totals(list(outcome.bucket.records.values())),
         "chain_head": outcome.head,
         "started_at": outcome.started_at,
@@ -644,11 +661,17 @@ class RunRecorder:
     def write_json(self, name: str, data: Any) -> None:
         """``data`` as indented JSON, held to the evidence's rule: no NaN, no number beyond 2**53.
 
-        Made safe and redacted in one walk, and written as it is encoded: a
-        summary of 10,000 scenarios is one copy of the tree, not four.
+        Made safe and redacted as it is written, part by part: a :class:`Streamed`
+        array's items (a summary's nodes) are made, written and dropped one by one.
         """
-        clean, _ = json_safe(data, text=self.redactor.text)
-        write_file_atomic_with(self.run_dir / name, lambda out: write_indented_json(clean, out))
+        redact = self.redactor.text
+
+        def clean(value: object) -> object:
+            return json_safe(value, text=redact)[0]
+
+        write_file_atomic_with(
+            self.run_dir / name, lambda out: write_indented_json(data, out, clean=clean)
+        )
 
     def write_bytes(self, name: str, data: bytes) -> None:
         write_file_atomic(self.run_dir / name, data)

@@ -60,6 +60,7 @@ from .._model import (
 )
 from .._text import as_text, clean_text, truncate
 from .._vocab import GRADED_VERDICTS, VERDICTS, Bands, JSONObject, format_score, most_severe_first
+from ..evidence._chain import Streamed
 
 if TYPE_CHECKING:
     import jinja2
@@ -458,6 +459,8 @@ def summary_for_reports(
     the summary is parsed saves a model of every scenario of a large run. An
     article keeps its first leaf when all would go, so that it stays an
     article over scenarios for :func:`build_view`. The reports are the same.
+    Nodes made as they are read (:class:`~pytest_agenteval.evidence._chain.Streamed`)
+    are made here once and only the kept ones stay: the result holds plain lists.
     """
     keep = {_scenario_key(r) for r in shown}
 
@@ -473,10 +476,18 @@ def summary_for_reports(
 
     def prune(node: Mapping[str, Any]) -> Mapping[str, Any]:
         children = node.get("children")
-        if not isinstance(children, list) or not children:
+        if not isinstance(children, list | Streamed) or children == []:
             return node
-        kept = [prune(c) for c in children if not (isinstance(c, Mapping) and quiet(c))]
-        return {**node, "children": kept or children[:1]}
+        kept: list[Any] = []
+        first: list[Any] = []
+        for child in children:  # a streamed array is made here, node by node
+            if not first:
+                first.append(child)
+            if isinstance(child, Mapping) and not quiet(child):
+                kept.append(prune(child))
+            elif not isinstance(child, Mapping):
+                kept.append(child)
+        return {**node, "children": kept or first}
 
     nodes = summary.get("nodes")
     if not isinstance(nodes, list):
