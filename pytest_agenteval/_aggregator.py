@@ -148,9 +148,13 @@ def _lean_node(node: dict[str, Any]) -> dict[str, Any]:
 _FACT_META = ("pillar", "not_replayed", "cache_status", "cache_authenticated", "context_withheld")
 
 
-def record_facts(lean: dict[str, Any]) -> dict[str, Any]:
+def record_facts(
+    lean: dict[str, Any], shared: dict[object, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """What the run keeps of a quiet pass once its reports took it: a few hundred bytes
-    instead of its whole record (see ``Collected.set_aside``)."""
+    instead of its whole record (see ``Collected.set_aside``). With *shared*, records whose
+    grade facts are alike (a pass of the same pillar) hold one copy of them: nothing
+    changes a record's facts once made."""
     facts: dict[str, Any] = {
         k: lean[k] for k in ("kind", "nodeid", "scenario_id", "sample") if k in lean
     }
@@ -161,12 +165,21 @@ def record_facts(lean: dict[str, Any]) -> dict[str, Any]:
     if isinstance(cost, dict) and cost.get("total"):
         facts["cost"] = {"total": cost["total"]}
     result = lean.get("result")
-    facts["result"] = _result_facts(result) if isinstance(result, dict) else {}
+    grade = _result_facts(result) if isinstance(result, dict) else {}
+    if shared is not None and "children" not in grade:
+        meta = grade.get("meta", {})
+        try:
+            # the types too: True and 1 are equal keys, and must stay apart
+            key = (grade.get("verdict"), *((k, type(v), v) for k, v in meta.items()))
+            grade = shared.setdefault(key, grade)
+        except TypeError:  # a value that cannot be a key (a list): its own copy
+            pass
+    facts["result"] = grade
     return facts
 
 
-#: A judge call's details, in a grade's meta: results.jsonl keeps them; the tree of
-#: quiet passes need not (nothing rolled up or gated reads them).
+#: A judge call's details and the item's identity, in a grade's meta: results.jsonl keeps
+#: them; the tree of quiet passes need not (nothing rolled up, gated or summed reads them).
 _CALL_DETAILS = frozenset(
     {
         "panel",
@@ -192,8 +205,25 @@ _CALL_DETAILS = frozenset(
         "reasks",
         "retry_after_capped",
         "attempts",
+        # the item's identity and answer, which only a failure's report shows (the
+        # reports read records, not the tree)
+        "family",
+        "control_id",
+        "pattern",
+        "file",
+        "line",
+        "judge",
+        "provider",
+        "answer_truncated",
+        "answer_chars",
+        "cache_hit",
+        "repetition",
     }
 )
+
+
+#: What pytest copies into each of an item's reports (see Aggregator._share_copies).
+_SHARED_COPIES = ("keywords", "user_properties", "sections")
 
 
 def _keep_made_ahead(record: dict[str, Any], ahead: object) -> None:
@@ -345,10 +375,11 @@ class Aggregator:
         #: node id -> (report, facts): a quiet pass's report, slimmed at its teardown
         self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
         self._facts_pending: dict[str, dict[str, Any]] = {}  # set aside, report not yet logged
+        self._shared_facts: dict[object, dict[str, Any]] = {}  # see record_facts
         #: node id -> what an xdist worker's run made ahead for it held (it never ran)
         self.made_ahead: dict[str, dict[str, Any]] = {}
-        #: node id -> (its setup report's keywords, is it a benchmark item), to its teardown
-        self._keywords: dict[str, tuple[Any, bool]] = {}
+        #: node id -> (its reports so far, is it a benchmark item), to its teardown
+        self._earlier: dict[str, tuple[list[pytest.TestReport], bool]] = {}
 
     def expect_items(self, items: list[Any]) -> None:
         """The items this process collected (serial run, or a worker)."""
@@ -510,7 +541,7 @@ class Aggregator:
                 raise
             else:
                 if not shown:  # counted by the reports, shown by none: its facts will do
-                    facts = bucket.records[nodeid] = record_facts(lean)
+                    facts = bucket.records[nodeid] = record_facts(lean, self._shared_facts)
                     bucket.set_aside[nodeid] = line
                     self._facts_pending[nodeid] = facts
                     runs[sample] = quiet_leaf(result)
@@ -520,7 +551,7 @@ class Aggregator:
         """After every hook read *report*: once its item's teardown is reported (pytest-html
         reads an item's reports then), a quiet pass's report keeps only the facts, as
         pytest holds every report to the end of the session."""
-        self._share_keywords(report)
+        self._share_copies(report)
         if report.when == "teardown":
             held = self._unslimmed.pop(report.nodeid, None)
             if held is not None:
@@ -530,26 +561,33 @@ class Aggregator:
         if facts is not None:
             self._unslimmed[report.nodeid] = (report, facts)
 
-    def _share_keywords(self, report: pytest.TestReport) -> None:
+    def _share_copies(self, report: pytest.TestReport) -> None:
         """pytest gives each of an item's three reports its own copy of the item's keywords
-        (about 270 bytes for a scenario, all kept to the end): a benchmark item's reports
-        (its call report carries a record) share the first one's, when equal, once every
-        hook has read them."""
+        (about 270 bytes for a scenario), of its user properties and of the captured output,
+        all kept to the end: a benchmark item's reports (its call report carries a record)
+        share an earlier report's where equal, once every hook has read them."""
         nodeid = report.nodeid
         if report.when == "setup":
-            self._keywords[nodeid] = (report.keywords, False)
+            self._earlier[nodeid] = ([report], False)
             return
-        held = self._keywords.get(nodeid)
+        held = self._earlier.get(nodeid)
         if held is None:
             return
-        first, ours = held
+        earlier, ours = held
         if report.when == "call" and isinstance(getattr(report, "agenteval", None), dict):
             ours = True
-            self._keywords[nodeid] = (first, ours)
-        if ours and report.keywords == first:
-            report.keywords = first
+        if ours:
+            for name in _SHARED_COPIES:
+                mine = getattr(report, name)
+                for other in earlier:
+                    theirs = getattr(other, name)
+                    if type(theirs) is type(mine) and theirs == mine:
+                        setattr(report, name, theirs)
+                        break
         if report.when == "teardown":
-            del self._keywords[nodeid]
+            del self._earlier[nodeid]
+        else:
+            self._earlier[nodeid] = ([*earlier, report], ours)
 
     def _stream_of(self, bucket: Collected) -> ReportStream:
         if bucket.stream is None:

@@ -100,7 +100,7 @@ def injection_suspected(result: EvalResult) -> bool:
     return any(injection_suspected(c) for c in result.children if c.kind in GRADE_PART_KINDS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CriterionResult:
     criterion: str
     met: bool | None  # None: this judge did not assess it
@@ -123,7 +123,7 @@ class CriterionResult:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a run holds one per item to its end: no __dict__
 class EvalResult:
     """The outcome of one eval. Plain data; :meth:`to_dict` is JSON-safe.
 

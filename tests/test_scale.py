@@ -534,8 +534,9 @@ def test_a_benchmark_items_reports_share_one_copy_of_its_keywords(
     demo: pytest.Pytester, workers: list[str]
 ) -> None:
     """pytest keeps every report to the end of the session and gives each of an item's
-    three its own copy of the item's keywords: a benchmark item's reports share one, the
-    same keywords (on xdist's controller too); a plain test's are left as pytest made them."""
+    three its own copy of the item's keywords, user properties and captured output: a
+    benchmark item's reports share one where equal, the same values (on xdist's controller
+    too); a plain test's are left as pytest made them."""
     demo.makepyfile(test_plain="def test_plain():\n    assert True\n")
     reprec = demo.inline_run("--bench=demo", "test_plain.py", "demo", *workers)
     by_node: dict[str, list[pytest.TestReport]] = {}
@@ -549,3 +550,11 @@ def test_a_benchmark_items_reports_share_one_copy_of_its_keywords(
         shared = reports[0].keywords
         assert all(r.keywords is shared for r in reports), nodeid
         assert nodeid.rsplit("::", 1)[-1] in shared and "agenteval" in shared, nodeid
+        setup, call, teardown = reports
+        assert call.user_properties is teardown.user_properties, nodeid
+        assert [name for name, _ in call.user_properties] == [
+            "agenteval_score",
+            "agenteval_verdict",
+        ] or [name for name, _ in call.user_properties] == ["agenteval_verdict"], nodeid
+        assert setup.sections is call.sections is teardown.sections, nodeid
+    assert len({id(r.sections) for r in plain}) == 3

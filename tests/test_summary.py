@@ -505,6 +505,15 @@ def test_the_facts_kept_of_a_quiet_pass_give_the_end_of_run_figures_of_its_recor
         assert f["scenario_id"] == r["scenario_id"] and f["result"]["verdict"] == "pass"
         meta = r["result"]["meta"]
         assert f["result"]["meta"].get("not_replayed") == meta.get("not_replayed")
+    # alike grade facts are held once: the same facts, one copy
+    shared: dict[object, dict[str, Any]] = {}
+    plain = [{**r, "result": {**r["result"], "children": []}} for r in full]
+    kept = [record_facts(r, shared) for r in plain]
+    assert kept == [record_facts(r) for r in plain]
+    assert kept[1]["result"] is kept[3]["result"]  # pillar p, replayed
+    assert kept[0]["result"] is not kept[2]["result"]  # q: replayed, then not
+    odd = {**plain[1], "result": {**plain[1]["result"], "meta": {"pillar": "p", "not_replayed": 0}}}
+    assert record_facts(odd, shared)["result"]["meta"]["not_replayed"] is not False  # 0 != False
 
 
 def test_a_quiet_leaf_rolls_up_as_the_whole_grade() -> None:
@@ -540,6 +549,10 @@ def test_a_quiet_leaf_rolls_up_as_the_whole_grade() -> None:
                 "panel": [{"judge": "x", "seed": 1}],
                 "usage": {"prompt_tokens": 1500},
                 "prompt_sha256": "ab" * 32,
+                "file": "a.yaml",
+                "line": 12,
+                "control_id": "c.1",
+                "answer_chars": 12,
             },
         )
 
@@ -550,6 +563,6 @@ def test_a_quiet_leaf_rolls_up_as_the_whole_grade() -> None:
     assert node_dict(slim) == node_dict(whole)
     assert slim.counts() == whole.counts() and len(slim.items()) == 3
     assert all(not c.children and not c.criteria for c in slim.children)
-    assert all("panel" not in c.meta and c.meta["pillar"] == "p" for c in slim.children)
+    assert all(c.meta == {"pillar": "p", "injection_suspected": False} for c in slim.children)
     flagged = grade(9, flagged=True)
     assert quiet_leaf(flagged) is flagged and injection_suspected(quiet_leaf(flagged))
