@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -50,7 +51,8 @@ class Collected:
     preset: str
     single_file: bool
     subject: str
-    leaves: dict[str, dict[int, EvalResult]] = field(default_factory=dict)  # id -> sample -> result
+    #: (scenario id, sample) -> result: one flat dict, not a dict per scenario
+    leaves: dict[tuple[str, int], EvalResult] = field(default_factory=dict)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorder: RunRecorder | None = None
     condition: str | None = None
@@ -167,13 +169,9 @@ def record_facts(
     result = lean.get("result")
     grade = _result_facts(result) if isinstance(result, dict) else {}
     if shared is not None and "children" not in grade:
-        meta = grade.get("meta", {})
-        try:
-            # the types too: True and 1 are equal keys, and must stay apart
-            key = (grade.get("verdict"), *((k, type(v), v) for k, v in meta.items()))
+        key = _plain_key({"": grade.get("verdict"), **grade.get("meta", {})})
+        if key is not None:
             grade = shared.setdefault(key, grade)
-        except TypeError:  # a value that cannot be a key (a list): its own copy
-            pass
     facts["result"] = grade
     return facts
 
@@ -222,6 +220,14 @@ _CALL_DETAILS = frozenset(
 )
 
 
+def _runs_by_scenario(leaves: dict[tuple[str, int], EvalResult]) -> dict[str, list[EvalResult]]:
+    """Each scenario's results, in the order its samples were asked."""
+    runs: dict[str, list[tuple[int, EvalResult]]] = {}
+    for (sid, sample), result in leaves.items():
+        runs.setdefault(sid, []).append((sample, result))
+    return {sid: [r for _, r in sorted(made, key=itemgetter(0))] for sid, made in runs.items()}
+
+
 #: What pytest copies into each of an item's reports (see Aggregator._share_copies).
 _SHARED_COPIES = ("keywords", "user_properties", "sections")
 
@@ -241,19 +247,42 @@ def _keep_made_ahead(record: dict[str, Any], ahead: object) -> None:
     )
 
 
-def quiet_leaf(result: EvalResult) -> EvalResult:
+def quiet_leaf(
+    result: EvalResult, shared: dict[object, Mapping[str, object]] | None = None
+) -> EvalResult:
     """A quiet pass's grade as the tree needs it: without the judges' and criteria's
     grades and words, which only the reports of a failure show (results.jsonl has them).
-    A grade flagged anywhere beneath keeps them: the gate counts the flags."""
+    A grade flagged anywhere beneath keeps them: the gate counts the flags. With *shared*,
+    alike metas (the same pillar, no flag) are held once: nothing changes a leaf's meta."""
     if injection_suspected(result):
         return result
+    meta = {k: v for k, v in result.meta.items() if k not in _CALL_DETAILS}
+    if shared is not None:
+        key = _plain_key(meta)
+        if key is not None:
+            meta = cast("dict[str, object]", shared.setdefault(key, meta))
     return replace(
         result,
         reasoning="",
         criteria=(),
-        meta={k: v for k, v in result.meta.items() if k not in _CALL_DETAILS},
+        meta=meta,
         children=tuple(c for c in result.children if c.kind not in GRADE_PART_KINDS),
     )
+
+
+def _plain_key(mapping: Mapping[str, object]) -> tuple[object, ...] | None:
+    """A key for *mapping* when its values are plain (text, numbers, None, empty lists),
+    with their types (True and 1 are equal keys, and must stay apart); else None."""
+    key: list[object] = []
+    for name, value in mapping.items():
+        if isinstance(value, list):
+            if value:
+                return None
+            value = ()
+        elif value is not None and type(value) not in (str, int, float, bool):
+            return None
+        key.append((name, type(value), value))
+    return tuple(key)
 
 
 def _result_facts(node: dict[str, Any]) -> dict[str, Any]:
@@ -376,6 +405,7 @@ class Aggregator:
         self._unslimmed: dict[str, tuple[pytest.TestReport, dict[str, Any]]] = {}
         self._facts_pending: dict[str, dict[str, Any]] = {}  # set aside, report not yet logged
         self._shared_facts: dict[object, dict[str, Any]] = {}  # see record_facts
+        self._shared_metas: dict[object, Mapping[str, object]] = {}  # see quiet_leaf
         #: node id -> what an xdist worker's run made ahead for it held (it never ran)
         self.made_ahead: dict[str, dict[str, Any]] = {}
         #: node id -> (its reports so far, is it a benchmark item), to its teardown
@@ -522,9 +552,8 @@ class Aggregator:
         line = bucket.recorder.writer.records  # its line of results.jsonl, counted from 0
         lean = lean_record(bucket.recorder.add(payload))
         result = EvalResult.from_dict(lean["result"])
-        runs = bucket.leaves.setdefault(payload["scenario_id"], {})
-        sample = int(payload.get("sample") or 0)
-        runs[sample] = result
+        leaf = (payload["scenario_id"], int(payload.get("sample") or 0))
+        bucket.leaves[leaf] = result
         nodeid = payload["nodeid"]
         if nodeid in bucket.records:  # reported again (a rerun plugin): the last one counts
             self._stop_streaming(bucket)
@@ -544,7 +573,7 @@ class Aggregator:
                     facts = bucket.records[nodeid] = record_facts(lean, self._shared_facts)
                     bucket.set_aside[nodeid] = line
                     self._facts_pending[nodeid] = facts
-                    runs[sample] = quiet_leaf(result)
+                    bucket.leaves[leaf] = quiet_leaf(result, self._shared_metas)
         return lean
 
     def slim(self, report: pytest.TestReport) -> None:
@@ -772,10 +801,7 @@ class Aggregator:
         )
         self._account_for_missing(interrupted)
         trees = {
-            key: build_tree(
-                self._plan_for(bucket),
-                {sid: [r for _, r in sorted(runs.items())] for sid, runs in bucket.leaves.items()},
-            )
+            key: build_tree(self._plan_for(bucket), _runs_by_scenario(bucket.leaves))
             for key, bucket in self.collected.items()
         }
         comparisons = self._compare_conditions(trees)

@@ -133,10 +133,11 @@ class Scenario:
     granularity: Literal["atomic", "composite"] = "atomic"
     sensitive: StrictBool = False
     severity: Severity | None = None
-    tags: Annotated[list[StrictStr], _LIST] = Field(default_factory=list)
+    # lists in the file, tuples here: an empty one is the one empty tuple, not a list apiece
+    tags: Annotated[tuple[StrictStr, ...], _LIST] = ()
     system: StrictStr | None = None
-    turns: Annotated[list[Turn], _LIST] = Field(default_factory=list)
-    tools: Annotated[list[Annotated[dict[str, Any], _DICT]], _LIST] = Field(default_factory=list)
+    turns: Annotated[tuple[Turn, ...], _LIST] = ()
+    tools: Annotated[tuple[Annotated[dict[str, Any], _DICT], ...], _LIST] = ()
 
     @model_validator(mode="before")
     @classmethod

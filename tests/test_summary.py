@@ -566,3 +566,11 @@ def test_a_quiet_leaf_rolls_up_as_the_whole_grade() -> None:
     assert all(c.meta == {"pillar": "p", "injection_suspected": False} for c in slim.children)
     flagged = grade(9, flagged=True)
     assert quiet_leaf(flagged) is flagged and injection_suspected(quiet_leaf(flagged))
+    # alike metas are held once; a value of another type (0, not False) is not alike
+    metas: dict[object, Any] = {}
+    one, two = quiet_leaf(grade(1), metas), quiet_leaf(grade(2), metas)
+    assert one.meta is two.meta and one.meta == quiet_leaf(grade(1)).meta
+    zero = replace(grade(3), meta={**grade(3).meta, "injection_suspected": 0})
+    assert quiet_leaf(zero, metas).meta is not one.meta
+    listed = replace(grade(4), meta={**grade(4).meta, "injection_reasons": ["x"]})
+    assert quiet_leaf(listed, metas).meta is not quiet_leaf(listed, metas).meta
