@@ -35,7 +35,7 @@ from ._run import made_ahead_fields
 from ._session import ItemRef, ref_of
 from ._text import last_line
 from ._vocab import SET_ASIDE_KEY, SpecError
-from .evidence._run_dir import RunRecorder
+from .evidence._run_dir import COST_TOTAL_FIELDS, COST_TOTAL_KEY, RunRecorder
 
 if TYPE_CHECKING:
     from ._calibration import CalibrationReportDoc, CalibrationSummaryDoc
@@ -164,8 +164,9 @@ def record_facts(
     if lean.get("replay") is not None:
         facts["replay"] = lean["replay"]
     cost = lean.get("cost")
-    if isinstance(cost, dict) and cost.get("total"):
-        facts["cost"] = {"total": cost["total"]}
+    total = cost.get("total") if isinstance(cost, dict) else None
+    if isinstance(total, dict) and total:  # a tuple, not a dict in a dict: see cost_totals
+        facts[COST_TOTAL_KEY] = tuple(total.get(k) for k in COST_TOTAL_FIELDS)
     result = lean.get("result")
     grade = _result_facts(result) if isinstance(result, dict) else {}
     if shared is not None and "children" not in grade:

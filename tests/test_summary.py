@@ -505,6 +505,12 @@ def test_the_facts_kept_of_a_quiet_pass_give_the_end_of_run_figures_of_its_recor
         assert f["scenario_id"] == r["scenario_id"] and f["result"]["verdict"] == "pass"
         meta = r["result"]["meta"]
         assert f["result"]["meta"].get("not_replayed") == meta.get("not_replayed")
+    # an unknown rate stays unknown in the facts' totals; a huge count kept as text counts
+    odd_cost = {"usd": None, "prompt_tokens": str(2**60), "completion_tokens": 1}
+    unknown = [*full, lean_record({**record(5), "cost": {"total": odd_cost}})]
+    totals = cost_totals([record_facts(r) for r in unknown])
+    assert totals == cost_totals(unknown) and totals["total"]["usd"] is None
+    assert totals["total"]["prompt_tokens"] == 2**60 + sum(10 * i for i in range(4))
     # alike grade facts are held once: the same facts, one copy
     shared: dict[object, dict[str, Any]] = {}
     plain = [{**r, "result": {**r["result"], "children": []}} for r in full]

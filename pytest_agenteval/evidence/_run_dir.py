@@ -224,13 +224,24 @@ def _scenarios(node: EvalResult) -> list[EvalResult]:
     return [s for child in node.children for s in _scenarios(child)]
 
 
+#: The facts kept of a record set aside hold its cost total as a tuple of these, under
+#: :data:`COST_TOTAL_KEY`, not as ``{"cost": {"total": {...}}}`` (two dicts per item).
+COST_TOTAL_FIELDS = ("usd", "prompt_tokens", "completion_tokens")
+COST_TOTAL_KEY = "cost_total"
+
+
 def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Token and dollar totals for the run and per pillar (``usd`` None when a rate is unknown)."""
     zero: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     total = dict(zero)
     pillars: dict[str, dict[str, Any]] = {}
     for record in records:
-        cost = (record.get("cost") or {}).get("total")
+        kept = record.get(COST_TOTAL_KEY)
+        cost: Mapping[str, Any] | None
+        if isinstance(kept, tuple):
+            cost = dict(zip(COST_TOTAL_FIELDS, kept, strict=True))
+        else:
+            cost = (record.get("cost") or {}).get("total")
         if not cost:
             continue
         pillar = record["result"].get("meta", {}).get("pillar", "?")
@@ -433,8 +444,9 @@ class ReportEnricher:
         self.plan = plan
         self.articles = {a.control_id: a for a in plan.family.articles}
         # one lookup per record: 10,000 records of one article must not scan it 10,000 times
+        # (a dict per article: no key tuple per scenario)
         self.scenarios = {
-            (a.control_id, s.id): s for a in plan.family.articles for s in a.scenarios
+            a.control_id: {s.id: s for s in a.scenarios} for a in plan.family.articles
         }
         self.root = rootdir.resolve()
         self.files: dict[str, tuple[str, bool]] = {}  # control id -> (shown path, bundled)
@@ -460,7 +472,7 @@ class ReportEnricher:
             if bundled:
                 record["bundled"] = True  # not a file of the repository (SARIF locates it apart)
             record["line"] = art.lines.get(payload["scenario_id"])
-            scenario = self.scenarios.get((art.control_id, payload["scenario_id"]))
+            scenario = self.scenarios[art.control_id].get(payload["scenario_id"])
             declared = (scenario.severity if scenario is not None else None) or art.meta.severity
             record["declared_severity"] = declared
             record["article"] = {
