@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -257,11 +257,11 @@ def quiet_leaf(
     alike metas (the same pillar, no flag) are held once: nothing changes a leaf's meta."""
     if injection_suspected(result):
         return result
-    meta = {k: v for k, v in result.meta.items() if k not in _CALL_DETAILS}
+    meta: Mapping[str, object] = {k: v for k, v in result.meta.items() if k not in _CALL_DETAILS}
     if shared is not None:
         key = _plain_key(meta)
         if key is not None:
-            meta = cast("dict[str, object]", shared.setdefault(key, meta))
+            meta = shared.setdefault(key, meta)
     return replace(
         result,
         reasoning="",

@@ -483,10 +483,10 @@ def summary_for_reports(
         for child in children:  # a streamed array is made here, node by node
             if not first:
                 first.append(child)
-            if isinstance(child, Mapping) and not quiet(child):
-                kept.append(prune(child))
-            elif not isinstance(child, Mapping):
+            if not isinstance(child, Mapping):
                 kept.append(child)
+            elif not quiet(child):
+                kept.append(prune(child))
         return {**node, "children": kept or first}
 
     nodes = summary.get("nodes")
