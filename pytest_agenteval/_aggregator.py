@@ -18,7 +18,6 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,12 +220,22 @@ _CALL_DETAILS = frozenset(
 )
 
 
-def _runs_by_scenario(leaves: dict[tuple[str, int], EvalResult]) -> dict[str, list[EvalResult]]:
-    """Each scenario's results, in the order its samples were asked."""
-    runs: dict[str, list[tuple[int, EvalResult]]] = {}
-    for (sid, sample), result in leaves.items():
-        runs.setdefault(sid, []).append((sample, result))
-    return {sid: [r for _, r in sorted(made, key=itemgetter(0))] for sid, made in runs.items()}
+def _take_runs(bucket: Collected) -> dict[str, EvalResult | list[EvalResult]]:
+    """Each scenario's result, or its samples' in the order they were asked, taken out of
+    *bucket* for :func:`build_tree` to take in turn: the tree copies every leaf, and no
+    leaf need outlive its copy (a scenario of one sample costs no list either)."""
+    leaves, bucket.leaves = bucket.leaves, {}
+    runs: dict[str, EvalResult | list[EvalResult]] = {}
+    for key in sorted(leaves):  # (scenario, sample): a scenario's samples together, in order
+        result = leaves.pop(key)
+        held = runs.get(key[0])
+        if held is None:
+            runs[key[0]] = result
+        elif isinstance(held, list):
+            held.append(result)
+        else:
+            runs[key[0]] = [held, result]
+    return runs
 
 
 #: What pytest copies into each of an item's reports (see Aggregator._share_copies).
@@ -802,7 +811,7 @@ class Aggregator:
         )
         self._account_for_missing(interrupted)
         trees = {
-            key: build_tree(self._plan_for(bucket), _runs_by_scenario(bucket.leaves))
+            key: build_tree(self._plan_for(bucket), _take_runs(bucket), take=True)
             for key, bucket in self.collected.items()
         }
         comparisons = self._compare_conditions(trees)

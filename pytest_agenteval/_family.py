@@ -12,7 +12,7 @@ import gc
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -812,7 +812,10 @@ def _flatten(presets: Mapping[str, PresetSpec], name: str, seen: Sequence[str] =
 
 
 def build_tree(
-    plan: Plan, leaves: Mapping[str, EvalResult | Sequence[EvalResult]]
+    plan: Plan,
+    leaves: Mapping[str, EvalResult | Sequence[EvalResult]],
+    *,
+    take: bool = False,
 ) -> EvalResult | None:
     """Roll scenario results up through articles and pillars to the family root.
 
@@ -822,7 +825,16 @@ def build_tree(
     away. An article named on the command line outside the preset still
     appears, under its own pillar. Order follows the family files, so the numbers do not depend on the
     order in which results arrived.
+
+    With *take* (*leaves* a dict the caller gives up), each scenario's results leave
+    *leaves* as they are rolled up, so that a run's leaves and the tree's copies of them
+    (their weights normalised) are never all held at once.
     """
+    get: Callable[[str], EvalResult | Sequence[EvalResult]] = leaves.__getitem__
+    if take:
+        if not isinstance(leaves, dict):
+            raise TypeError("build_tree(take=True) takes the leaves out of a dict")
+        get = leaves.pop
     family = plan.family
     pillar_nodes = []
     for pillar in family.spec.pillars:
@@ -832,7 +844,7 @@ def build_tree(
                 continue
             scen = _normalised(
                 combine_samples(
-                    leaves[s.id],
+                    get(s.id),
                     art.bands,
                     art.declared_severity(s),
                     plan.samples_aggregation,
@@ -977,4 +989,6 @@ def _with_weight(result: EvalResult, weight: float | None, required: bool) -> Ev
 def _normalised(results: Iterable[EvalResult]) -> list[EvalResult]:
     items = list(results)
     total = math.fsum(r.weight for r in items) or 1.0
-    return [replace(r, weight=r.weight / total) for r in items]
+    for i, r in enumerate(items):  # in place: each result freed as its copy is made
+        items[i] = replace(r, weight=r.weight / total)
+    return items

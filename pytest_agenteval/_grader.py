@@ -11,6 +11,7 @@ never graded (a raising fixture, a crashed worker) come from
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from ._scheduler import upcoming_items
 from ._session import ItemRef, ref_of
 from ._text import last_line, terminal_safe
 from ._tracebacks import describe_exception
-from ._vocab import ItemError
+from ._vocab import VERDICTS, ItemError
 from .judges._base import ConfigError
 
 if TYPE_CHECKING:
@@ -107,6 +108,18 @@ def error_record(
     }
 
 
+#: An item's verdict as a user property (JUnit XML's properties): one tuple per verdict,
+#: as pytest keeps every item's properties (in each of its reports) to the end of the run.
+_VERDICT_PROPERTIES = {v: ("agenteval_verdict", v) for v in VERDICTS}
+
+
+@functools.lru_cache(maxsize=1024)
+def _score_property(score: float) -> tuple[str, str]:
+    """An item's score as a user property, one tuple per score: scores repeat (the share of
+    criteria met, a judge's steps), so a long run holds each once, not once per item."""
+    return ("agenteval_score", f"{score:.4f}")
+
+
 class Grader:
     """Turns this process's items into records, through the run's scheduler."""
 
@@ -133,8 +146,10 @@ class Grader:
         result = run.result
         item.payload = self._payload(item, run)
         if result.score is not None:
-            item.user_properties.append(("agenteval_score", f"{result.score:.4f}"))
-        item.user_properties.append(("agenteval_verdict", result.verdict))
+            item.user_properties.append(_score_property(result.score))
+        item.user_properties.append(
+            _VERDICT_PROPERTIES.get(result.verdict) or ("agenteval_verdict", result.verdict)
+        )
         if result.verdict == "error":
             raise ItemError(f"{item.scenario.id}: {result.error}")
         if result.verdict == "skipped":

@@ -558,3 +558,19 @@ def test_a_benchmark_items_reports_share_one_copy_of_its_keywords(
         ] or [name for name, _ in call.user_properties] == ["agenteval_verdict"], nodeid
         assert setup.sections is call.sections is teardown.sections, nodeid
     assert len({id(r.sections) for r in plain}) == 3
+
+
+def test_items_with_the_same_grade_hold_one_copy_of_its_user_properties(
+    demo: pytest.Pytester,
+) -> None:
+    """pytest keeps every item's user properties to the end of the run: an item's score and
+    verdict are tuples held once per value, not once per item."""
+    reprec = demo.inline_run("--bench=demo", "demo")
+    calls = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    by_value: dict[tuple[str, object], set[int]] = {}
+    for report in calls:
+        for prop in report.user_properties:
+            by_value.setdefault(prop, set()).add(id(prop))
+    assert ("agenteval_verdict", "pass") in by_value
+    assert len(by_value) < sum(len(r.user_properties) for r in calls)  # some value repeats
+    assert all(len(ids) == 1 for ids in by_value.values()), by_value

@@ -9,7 +9,7 @@ names gives a different number (or verdict) than a weighted sum would.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -225,6 +225,59 @@ def test_samples_of_a_scenario_are_averaged_before_they_roll_up(family_dir: Path
     assert find(tree, "a1").weight == 0.2
     # its items: the three samples (pass, warn, fail), a2 (warn) and a3 (fail)
     assert find(tree, "t.a").counts() == {"pass": 1, "warn": 2, "fail": 2, "error": 0, "skipped": 0}
+
+
+def test_a_tree_that_takes_its_leaves_is_the_same_tree_and_leaves_none_behind(
+    family_dir: Path,
+) -> None:
+    """The end of a run gives its leaves up to the tree (``take=True``), so that the leaves
+    and the tree's copies of them are never all held at once: the numbers must not change."""
+    plan = plan_of(family_dir)
+    leaves: dict[str, EvalResult | list[EvalResult]] = {
+        sid: leaf(plan, sid, score) for sid, score in BASE.items()
+    }
+    leaves["a1"] = [leaf(plan, "a1", s) for s in (1.0, 0.5, 0.0)]
+    kept = build_tree(plan, dict(leaves))
+    taken = dict(leaves)
+    tree = build_tree(plan, taken, take=True)
+    assert tree is not None and kept is not None
+    assert tree.to_dict() == kept.to_dict()
+    assert taken == {}
+    with pytest.raises(TypeError, match="dict"):
+        build_tree(plan, MappingProxy(leaves), take=True)
+
+
+class MappingProxy(Mapping[str, "EvalResult | list[EvalResult]"]):
+    """A read-only mapping: nothing to take from."""
+
+    def __init__(self, data: Mapping[str, EvalResult | list[EvalResult]]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> EvalResult | list[EvalResult]:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def test_the_runs_taken_from_a_bucket_give_each_scenario_its_samples_in_order(
+    family_dir: Path,
+) -> None:
+    from pytest_agenteval._aggregator import Collected, _take_runs
+
+    plan = plan_of(family_dir)
+    samples = [leaf(plan, "a1", s) for s in (1.0, 0.5, 0.0)]
+    bucket = Collected("fam", "smoke", False, "agent:x")
+    bucket.leaves[("a2", 0)] = only = leaf(plan, "a2", 0.5)
+    for sample in (2, 0, 1):  # as the workers reported them
+        bucket.leaves[("a1", sample)] = samples[sample]
+    runs = _take_runs(bucket)
+    assert runs == {"a1": samples, "a2": only}
+    assert runs["a2"] is only  # one sample: the result itself, no list
+    assert bucket.leaves == {}
 
 
 # --------------------------------------------------------------------------- aggregations

@@ -74,6 +74,7 @@ import math
 import shutil
 import tempfile
 import xml.etree.ElementTree as ET
+from array import array
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
@@ -432,7 +433,7 @@ class _Suite:
     def __init__(self, spool_dir: Path | None) -> None:
         self.tests = 0
         self.counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
-        self.seconds: list[float] = []
+        self.seconds = array("d")  # 8 bytes an item, not a float object's 32: summed at the end
         self.props = self._spool(spool_dir)
         self.cases = self._spool(spool_dir)
 
