@@ -75,6 +75,16 @@ T = TypeVar("T")
 _ABANDONED: set[asyncio.Future[Any]] = set()
 
 
+class _Clocked(asyncio.Event):
+    """An event that notes when it was set: the start of a subject's call."""
+
+    at = 0.0
+
+    def set(self) -> None:
+        self.at = time.monotonic()
+        super().set()
+
+
 async def _within(
     ask: Callable[[asyncio.Event], Awaitable[T]], subject: object, timeout_s: float | None
 ) -> T:
@@ -82,11 +92,23 @@ async def _within(
     calls the subject; abandoned *timeout_s* after it started, unless the subject times its
     own calls. The item errs then. An async subject's call is cancelled; a sync subject's
     thread cannot be stopped, so its call keeps the lock and the slot until the thread
-    returns, and the concurrency (and a subject that takes one call at a time) hold."""
-    started = asyncio.Event()
+    returns, and the concurrency (and a subject that takes one call at a time) hold.
+
+    An async subject that blocks the event loop (a ``time.sleep`` in an ``async def``)
+    cannot be stopped at the deadline: its answer, when it comes, is past it, and the item
+    errs the same way rather than pass on a call that broke the limit."""
+    started = _Clocked()
     if timeout_s is None or getattr(subject, "times_itself", False):
         return await ask(started)
-    task = asyncio.ensure_future(ask(started))
+    ended: list[float] = []
+
+    async def timed() -> T:
+        try:
+            return await ask(started)
+        finally:  # at once as the call returns, before the event loop runs anything else
+            ended.append(time.monotonic())
+
+    task = asyncio.ensure_future(timed())
     try:
         begun = asyncio.ensure_future(started.wait())
         try:  # the clock starts with the call, not while it waits for its slot
@@ -99,7 +121,15 @@ async def _within(
         task.cancel()
         raise
     if task.done():
-        return task.result()
+        took = ended[0] - started.at if ended and started.is_set() else 0.0
+        if took <= timeout_s:
+            return task.result()
+        _forget(task)
+        raise SubjectError(
+            f"subject answered after {took:.3g}s, past --subject-timeout ({timeout_s:g}s): "
+            "its answer is not used (an async subject that blocks the event loop, with "
+            "time.sleep or sync I/O, cannot be stopped at the deadline)"
+        )
     if is_async_subject(subject):
         task.cancel()
     _ABANDONED.add(task)

@@ -9,6 +9,7 @@ results.jsonl, JUnit and the gate — never dropped, never a pass.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -316,12 +317,19 @@ async def async_agent(prompt):
         await asyncio.sleep(20)
     return "I can't help with that." if "refuse" in prompt else "hello team"
 
+async def blocking_agent(prompt):  # blocks the event loop: it cannot be stopped at the deadline
+    if "human" in prompt:
+        time.sleep(2.5)
+    return "I can't help with that." if "refuse" in prompt else "hello team"
+
 @pytest.fixture(scope="session")
 def agenteval_subject(request):
-    return async_agent if request.config.getoption("--async-agent", False) else agent
+    return {"sync": agent, "async": async_agent, "blocking": blocking_agent}[
+        request.config.getoption("--agent-kind")
+    ]
 
 def pytest_addoption(parser):
-    parser.addoption("--async-agent", action="store_true")
+    parser.addoption("--agent-kind", default="sync")
 """
 
 
@@ -332,16 +340,27 @@ def test_subject_timeout_given_bounds_a_python_subject(
     """--subject-timeout, given, abandons a Python subject's call that takes longer: that
     item errs and the run goes on (it was accepted and did nothing: the run hung)."""
     family(pytester, HANGS_ON_HUMAN)
-    args = [
-        "--bench=demo",
-        "--subject-timeout=1",
-        *(["--async-agent"] if kind == "async" else []),
-    ]
-    result = pytester.runpytest(*args)
+    result = pytester.runpytest("--bench=demo", "--subject-timeout=1", f"--agent-kind={kind}")
     result.assert_outcomes(passed=2, errors=1)
     lost = {r["scenario_id"]: r["result"] for r in records(pytester)}["demo-disclose-001"]
     assert lost["verdict"] == "error"
     assert "did not answer within 1s (--subject-timeout); the call was abandoned" in lost["error"]
+
+
+def test_an_async_subject_that_blocks_the_loop_past_the_timeout_errs(
+    pytester: pytest.Pytester,
+) -> None:
+    """An async subject that blocks the event loop (time.sleep in an async def) cannot be
+    stopped at the deadline; its late answer is not taken as a grade (it passed before)."""
+    family(pytester, HANGS_ON_HUMAN)
+    result = pytester.runpytest("--bench=demo", "--subject-timeout=1", "--agent-kind=blocking")
+    result.assert_outcomes(passed=2, errors=1)
+    late = {r["scenario_id"]: r["result"] for r in records(pytester)}["demo-disclose-001"]
+    assert late["verdict"] == "error"
+    assert re.search(
+        r"subject answered after 2\.\d+s, past --subject-timeout \(1s\)", late["error"]
+    )
+    assert "blocks the event loop" in late["error"]
 
 
 ONE_CALL_AT_A_TIME = """\
