@@ -26,7 +26,9 @@ items the crashed worker held become suspects: the item xdist blamed is run agai
 report says RERUN, not FAILED), and each suspect then runs alone: sent to a worker only
 as the last of its queue (a worker does not start the last item it knows), and, once it
 runs, with at most one item held behind it. A suspect that crashes a worker running it
-alone is the culprit, and its failure stands. Two crashes per culprit, instead of one
+alone is the culprit, and its failure stands, unless calls abandoned at
+``--subject-timeout`` still ran in that worker (its last report says so): they may have
+crashed it, and the suspect runs again. Two crashes per culprit, instead of one
 innocent item blamed per crash and the culprit taking down worker after worker.
 
 It takes the place of xdist's own ``load`` only (what ``-n`` means unless told
@@ -68,6 +70,9 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
         self._reruns: dict[str, int] = {}
         #: workers whose share of the budget is used up (their reports say so)
         self.out_of_budget_nodes: set[Any] = set()
+        #: workers whose last report said calls abandoned at --subject-timeout still run
+        #: (a sync subject's thread, which nothing can stop): a crash may be theirs
+        self.abandoned_calls: dict[Any, int] = {}
 
     def depth(self) -> int:
         """Items a worker's queue needs: its window, the item it runs, the one held back."""
@@ -97,6 +102,13 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
         rest of the run its way), and is told to finish what it holds."""
         self.out_of_budget_nodes.add(node)
         self.check_schedule(node)
+
+    def calls_abandoned(self, node: Any, count: int) -> None:
+        """*node*'s last report: *count* of its calls abandoned at the timeout still run."""
+        if count > 0:
+            self.abandoned_calls[node] = count
+        else:
+            self.abandoned_calls.pop(node, None)
 
     def _retired(self, node: Any) -> bool:
         if node not in self.out_of_budget_nodes:
@@ -172,10 +184,11 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
             told_the_end = getattr(node, "_shutdown_sent", True)
             started = queue if told_the_end else queue[:-1] or queue
             started = started[: self.depth() - 1]  # the item it ran and its window ahead
-            if len(started) == 1:  # it ran alone: the crash is its own
+            abandoned = self.abandoned_calls.pop(node, 0)
+            if len(started) == 1 and not abandoned:  # it ran alone: the crash is its own
                 self.suspects.discard(started[0])
                 self.convicted.add(self.collection[started[0]])
-            else:  # benchmark items only: another test is never run with calls ahead of it
+            else:  # (or beside an abandoned call, which may have crashed it: still a suspect)  # benchmark items only: another test is never run with calls ahead of it
                 self.suspects.update(i for i in started if is_benchmark_id(self.collection[i]))
         return super().remove_node(node)  # type: ignore[no-any-return]
 

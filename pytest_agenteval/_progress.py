@@ -525,7 +525,12 @@ class ProgressPlugin:
         # an xdist worker tells the controller how many of its calls are in flight, and
         # once its share of the budget is used up (the controller then feeds it no more)
         if self.state.is_worker and getattr(report, "agenteval", None) is not None:
+            from ._run import abandoned_calls
+
             report.agenteval_in_flight = local_in_flight(self.state)  # type: ignore[attr-defined]
+            # calls abandoned at --subject-timeout that still run: should the worker crash,
+            # the item it runs alone is not convicted on their account
+            report.agenteval_abandoned = abandoned_calls()  # type: ignore[attr-defined]
             if self.state.scheduler.budget.refused:
                 report.agenteval_out_of_budget = True  # type: ignore[attr-defined]
         return report

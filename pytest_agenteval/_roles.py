@@ -311,6 +311,9 @@ class AggregatorHooks:
             usd = payload_usd(record, self.state.rates)
             if usd:
                 self.state.worker_shares.spend(node.gateway.id, usd)
+            if self.fed is not None:
+                abandoned = getattr(report, "agenteval_abandoned", 0)
+                self.fed.calls_abandoned(node, abandoned if isinstance(abandoned, int) else 0)
             if getattr(report, "agenteval_out_of_budget", False) and self.fed is not None:
                 self.fed.out_of_budget(node)
 

@@ -139,6 +139,11 @@ async def _within(
     )
 
 
+def abandoned_calls() -> int:
+    """Subject calls abandoned at the timeout that still run (a sync subject's threads)."""
+    return len(_ABANDONED)
+
+
 def _forget(task: asyncio.Future[Any]) -> None:
     _ABANDONED.discard(task)
     if not task.cancelled():

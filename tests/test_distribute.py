@@ -220,6 +220,29 @@ def test_a_crashed_workers_items_then_run_one_at_a_time(config: pytest.Config) -
     assert alone_runs >= len(held) - 2 and not sched.suspects and not sched.pending
 
 
+@pytest.mark.parametrize("abandoned", [0, 1])
+def test_an_item_alone_beside_an_abandoned_call_is_not_convicted_of_the_crash(
+    config: pytest.Config, abandoned: int
+) -> None:
+    """A sync subject's call abandoned at --subject-timeout runs on in its thread, which
+    nothing can stop: a worker whose last report said so may crash on its account, so the
+    item it ran alone stays a suspect (run again, elsewhere), not the culprit."""
+    sched = FedLoadScheduling(config, concurrency=16)
+    nodes = started(sched, SCENARIOS[:2])
+    node = nodes[0]
+    assert sched.node2pending[node] == [0] and node.shut  # alone, and told the end
+    sched.calls_abandoned(node, 2)
+    sched.calls_abandoned(node, abandoned)  # its last report counts
+    blamed = sched.remove_node(node)
+    assert blamed == SCENARIOS[0]
+    if abandoned:
+        assert blamed not in sched.convicted and 0 in sched.suspects
+        assert sched.rerun(blamed) and sched.pending == [0]
+    else:
+        assert blamed in sched.convicted and not sched.rerun(blamed)
+    assert node not in sched.abandoned_calls
+
+
 def test_suspects_are_only_what_the_crashed_worker_could_have_started(
     config: pytest.Config,
 ) -> None:

@@ -347,6 +347,36 @@ def test_subject_timeout_given_bounds_a_python_subject(
     assert "did not answer within 1s (--subject-timeout); the call was abandoned" in lost["error"]
 
 
+ABANDONED_SEEN = """
+
+CONTROLLER = []
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        CONTROLLER.append(config)
+
+def pytest_runtest_logreport(report):
+    record = getattr(report, "agenteval", None)  # a grade's report: the call's, or an error's
+    if isinstance(record, dict) and CONTROLLER:
+        with open("abandoned.txt", "a") as out:
+            print(report.nodeid, getattr(report, "agenteval_abandoned", None), file=out)
+"""
+
+
+def test_a_worker_tells_the_controller_of_its_abandoned_calls(pytester: pytest.Pytester) -> None:
+    """Each record a worker reports says how many of its calls abandoned at the timeout
+    still run: the controller then convicts no item it ran alone of a crash they may cause."""
+    family(pytester, HANGS_ON_HUMAN + ABANDONED_SEEN)
+    result = pytester.runpytest(
+        "--bench=demo", "--subject-timeout=1", "-n", "1", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=2, errors=1)
+    seen = dict(line.split() for line in (pytester.path / "abandoned.txt").read_text().splitlines())
+    assert len(seen) == 3 and set(seen.values()) <= {"0", "1"}
+    lost = next(n for n in seen if "disclose" in n)
+    assert seen[lost] == "1"  # its own call, abandoned and still running in its thread
+
+
 def test_an_async_subject_that_blocks_the_loop_past_the_timeout_errs(
     pytester: pytest.Pytester,
 ) -> None:
