@@ -82,6 +82,8 @@ class FamilyOutcome:
     pr: dict[str, Any] = field(default_factory=dict)
     #: with several conditions: each pillar's scores and the paired test against the first
     conditions_comparison: dict[str, Any] | None = None
+    #: the run's paid calls no record holds (in flight at its end): see UnrecordedCalls
+    unrecorded: dict[str, Any] | None = None
 
 
 @dataclass
@@ -815,6 +817,7 @@ class Aggregator:
             for key, bucket in self.collected.items()
         }
         comparisons = self._compare_conditions(trees)
+        unrecorded = self.run.unrecorded_calls()
         for key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
             plan = self._plan_for(bucket)
             tree = trees[key]
@@ -831,6 +834,7 @@ class Aggregator:
                 _note_replay(gate, bucket, self.run.replay)
             _note_withheld(gate, bucket)
             outcome = FamilyOutcome(plan, tree, gate, bucket, pr=terms.fields)
+            outcome.unrecorded = unrecorded
             outcome.conditions_comparison = comparisons.get(key[:2]) if key[2] else None
             self.outcomes.append(outcome)
             recorder = bucket.recorder

@@ -215,6 +215,17 @@ class Budget:
             f"far); {BUDGET_STOPPED}"
         )
 
+    def open_calls(self) -> tuple[int, float, int]:
+        """The paid calls in flight: (how many, what the priced ones are expected to cost at
+        their models' averages, how many are of a model not priced yet). At the end of a
+        run: cancelled with it, or abandoned at the timeout and still running; no record
+        holds what they cost, and a provider may bill them."""
+        with self._lock:
+            open_ = {model: n for model, n in self._open.items() if n > 0}
+            unpriced = sum(n for model, n in open_.items() if not self._priced.get(model))
+            usd = sum(n * self.expected(model) for model, n in open_.items())
+            return sum(open_.values()), usd, unpriced
+
     def reserve(self, model: str | None, *, paid: bool = True) -> Bill:
         """Before a call of *model*: counted in flight, or refused with
         :class:`BudgetExceeded`. Settle the :class:`Bill` with what the call cost; one

@@ -442,11 +442,35 @@ class Node(_Open):
     note: str | None = Field(default=None, description="why the node has its verdict")
 
 
+class UnrecordedCalls(_Open):
+    """Calls no record holds, which a provider may bill all the same, of the whole pytest run
+    (all its families): the totals leave them out."""
+
+    calls: int = Field(
+        description="paid calls in flight when the run ended: cancelled then (-x, Ctrl-C, "
+        "the budget), or abandoned at --subject-timeout and still running"
+    )
+    usd_at_average: float = Field(
+        description="what those calls are expected to cost, at what their models' calls "
+        "cost on average in this run (nothing for a model not priced yet)"
+    )
+    calls_unpriced: int = Field(0, description="of those, calls of a model not priced yet")
+    workers_crashed: int = Field(0, description="xdist workers that crashed during the run")
+    calls_in_crashed_workers: int = Field(
+        0,
+        description="calls in flight in those workers, by each one's last report (at "
+        "least; paid or not; what they cost is not known)",
+    )
+
+
 class CostTotals(_Open):
     """Tokens and dollars for the run and per pillar."""
 
     total: CostLine
     pillars: dict[str, CostLine] = {}
+    unrecorded: UnrecordedCalls | None = Field(
+        None, description="calls the totals cannot hold (only when there were some)"
+    )
 
 
 class SuiteScore(_Open):

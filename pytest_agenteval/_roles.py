@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 SUBJECT_FIXTURE = "agenteval_subject"
 #: ``workeroutput`` key: the usage error that stopped an xdist worker before any item
 WORKER_REFUSED = "agenteval_refused"
+#: ``workeroutput`` key: a worker's paid calls in flight as it finished (Budget.open_calls)
+WORKER_UNRECORDED = "agenteval_unrecorded"
 
 
 class GraderHooks:
@@ -132,6 +134,9 @@ class GraderHooks:
         }
         if made:
             workeroutput[MADE_AHEAD] = made
+        unrecorded = self.state.scheduler.budget.open_calls()
+        if unrecorded[0]:  # paid calls in flight, to be cancelled: no record will hold them
+            workeroutput[WORKER_UNRECORDED] = list(unrecorded)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -248,8 +253,16 @@ class AggregatorHooks:
         made = getattr(node, "workeroutput", {}).get(MADE_AHEAD)
         if isinstance(made, dict):  # runs made ahead for items the worker never ran
             self.aggregator.made_ahead.update(made)
+        worker = node.gateway.id
+        in_flight = self.state.worker_in_flight.pop(worker, 0)
         if error is not None:  # crashed: xdist may start a replacement
-            self.state.worker_shares.crashed(node.gateway.id)
+            self.state.worker_shares.crashed(worker)
+            self.state.crashed_workers += 1
+            self.state.crashed_in_flight += in_flight  # what it last said it had in flight
+        unrecorded = getattr(node, "workeroutput", {}).get(WORKER_UNRECORDED)
+        if isinstance(unrecorded, list) and len(unrecorded) == 3:
+            calls, usd, unpriced = unrecorded
+            self.state.worker_unrecorded[worker] = (int(calls), float(usd), int(unpriced))
         refused = getattr(node, "workeroutput", {}).get(WORKER_REFUSED)
         if isinstance(refused, str):  # a worker's usage error (see GraderHooks)
             self.state.stop_reason = WORKER_REFUSED
@@ -308,6 +321,9 @@ class AggregatorHooks:
         node = getattr(report, "node", None)  # a worker's report, on the controller
         record = getattr(report, "agenteval", None)
         if node is not None and isinstance(record, dict):
+            flight = getattr(report, "agenteval_in_flight", None)
+            if isinstance(flight, int):
+                self.state.worker_in_flight[node.gateway.id] = flight
             usd = payload_usd(record, self.state.rates)
             if usd:
                 self.state.worker_shares.spend(node.gateway.id, usd)

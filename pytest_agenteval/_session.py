@@ -273,6 +273,12 @@ class AgentevalState:
             budget = float(workerinput[WORKER_BUDGET])  # the controller's share for this one
         #: The controller's account of its workers' budgets (xdist hooks in _roles.py).
         self.worker_shares = WorkerShares(run.max_cost)
+        #: paid calls no record holds, of each xdist worker as it finished (node id ->
+        #: Budget.open_calls()), and the calls each had in flight by its last report
+        self.worker_unrecorded: dict[str, tuple[int, float, int]] = {}
+        self.worker_in_flight: dict[str, int] = {}
+        self.crashed_workers = 0
+        self.crashed_in_flight = 0
         self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
         if run.subject_timeout_given:  # provider and cmd: subjects time themselves
             self.scheduler.subject_timeout_s = run.subject_timeout_s
@@ -347,6 +353,21 @@ class AgentevalState:
         if not out:
             out = [{"spec": s} for s in (self.judge_specs or ["rules"])]
         return out
+
+    def unrecorded_calls(self) -> dict[str, Any] | None:
+        """The run's calls no record holds (:class:`~._model.UnrecordedCalls`), or None."""
+        calls, usd, unpriced = self.scheduler.budget.open_calls()
+        for n, dollars, not_priced in self.worker_unrecorded.values():
+            calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
+        if not calls and not self.crashed_workers:
+            return None
+        return {
+            "calls": calls,
+            "usd_at_average": round(usd, 10),
+            "calls_unpriced": unpriced,
+            "workers_crashed": self.crashed_workers,
+            "calls_in_crashed_workers": self.crashed_in_flight,
+        }
 
     def judge_label(self) -> str:
         if self.judge_default:

@@ -485,3 +485,132 @@ def test_calls_made_ahead_of_a_stopped_run_are_in_its_cost(
     ahead = [r for r in records if r["answer"] and r["result"]["verdict"] == "error"]
     assert all("made ahead of it, were answered" in r["result"]["error"] for r in ahead)
     assert ahead or workers  # serially, some surely; a worker's may all have run meanwhile
+
+
+def test_the_paid_calls_in_flight_are_counted_with_what_they_are_expected_to_cost() -> None:
+    budget = Budget(None)
+    with budget.reserve("m") as bill:  # priced: $2 a call so far
+        bill.charge(Cost(usd=2.0, prompt_tokens=10, completion_tokens=0))
+    assert budget.open_calls() == (0, 0.0, 0)
+    held = [budget.reserve("m"), budget.reserve("m"), budget.reserve("new")]
+    assert budget.open_calls() == (3, 4.0, 1)  # the new model is not priced yet
+    held[0].charge(Cost(usd=4.0, prompt_tokens=10, completion_tokens=0))
+    held[2].release()
+    assert budget.open_calls() == (1, 3.0, 0)  # m's average is now $3
+    held[1].release()
+    assert budget.open_calls() == (0, 0.0, 0)
+
+
+STOPS_AT_THE_THIRD = """\
+import re, time
+
+def answer(prompt):
+    if int(re.search(r"number (\\d+)", prompt).group(1)) == 2:
+        time.sleep(0.5)  # meanwhile the calls of the items ahead are made; their judge is slow
+        raise RuntimeError("the third answer fails")
+    return "An answer to: " + prompt
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_paid_calls_in_flight_when_a_run_stops_are_said_beside_its_cost(
+    pytester: pytest.Pytester,
+    fake_llm: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: list[str],
+) -> None:
+    """-x at the third item while the judge calls of the items ahead are in flight: they are
+    cancelled, no record holds them, and a provider may bill them all the same. The summary
+    and the terminal say how many, and what they would cost at the run's average (the total
+    counted none of them, silently)."""
+    from fakellm import RecordedRequest, Reply
+
+    judged_family(pytester, fake_llm, monkeypatch, 20)
+
+    def grade(req: RecordedRequest) -> Reply:
+        quick = any(f"Question number {i}?" in str(req.body["messages"]) for i in (0, 1))
+        body = {
+            "overall_score": 80,
+            "criteria": [{"criterion": "c0", "met": True, "reasoning": "ok"}],
+            "summary": "ok",
+        }
+        return Reply.json_content(body).with_usage(1000, 0).with_delay(0.0 if quick else 4.0)
+
+    fake_llm.set_handler(grade)
+    pytester.makepyfile(agent=STOPS_AT_THE_THIRD)
+    result = pytester.runpytest(
+        "speed",
+        "-x",
+        *workers,
+        "--subject=agent:answer",
+        "--judge=openai:m",
+        "--agenteval-concurrency=8",
+    )
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    cost = json.loads(summary.read_text())["cost"]
+    unrecorded = cost["unrecorded"]
+    assert unrecorded["calls"] >= 1, result.stdout.str()
+    # $1 a call wherever the worker had priced one; a worker that had none cannot price it
+    priced = unrecorded["calls"] - unrecorded["calls_unpriced"]
+    assert unrecorded["usd_at_average"] == pytest.approx(priced)
+    assert unrecorded["calls_in_crashed_workers"] == 0
+    if not workers:
+        assert unrecorded["calls_unpriced"] == 0 and priced >= 1
+    result.stdout.fnmatch_lines(
+        [f"not in the cost above, a provider may bill: {unrecorded['calls']} paid call*"]
+    )
+
+
+def test_a_run_with_nothing_in_flight_at_its_end_says_nothing_of_it(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judged_family(pytester, fake_llm, monkeypatch, 6)
+    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
+    result = pytester.runpytest(
+        "speed", "--subject=agent:answer", "--judge=openai:m", "--agenteval-concurrency=8"
+    )
+    result.assert_outcomes(passed=6)
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    assert "unrecorded" not in json.loads(summary.read_text())["cost"]
+    assert "a provider may bill" not in result.stdout.str()
+
+
+CRASHES_ONCE_LATER = """\
+import os
+
+CALLS = 0
+
+def answer(prompt):
+    global CALLS
+    CALLS += 1
+    # one worker dies at its tenth call, once it has reported items with calls in flight
+    if CALLS == 10 and not os.path.exists("crashed.flag"):
+        open("crashed.flag", "w").close()
+        os._exit(3)
+    return "An answer to: " + prompt
+"""
+
+
+def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies takes its calls in flight with it, unreported: the summary says a
+    worker crashed, and counts the calls its last report said it had in flight (at least
+    those; their cost is not known)."""
+    judged_family(pytester, fake_llm, monkeypatch, 24, delay_s=0.5)
+    pytester.makepyfile(agent=CRASHES_ONCE_LATER)
+    result = pytester.runpytest_subprocess(
+        "speed",
+        "-n",
+        "2",
+        "--subject=agent:answer",
+        "--judge=openai:m",
+        "--agenteval-concurrency=8",
+    )
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    unrecorded = json.loads(summary.read_text())["cost"].get("unrecorded")
+    assert unrecorded is not None, result.stdout.str()
+    assert unrecorded["workers_crashed"] >= 1 and unrecorded["calls_in_crashed_workers"] >= 1
+    result.stdout.fnmatch_lines(
+        ["not in the cost above, a provider may bill: *the calls in flight in * crashed worker*"]
+    )

@@ -230,8 +230,11 @@ COST_TOTAL_FIELDS = ("usd", "prompt_tokens", "completion_tokens")
 COST_TOTAL_KEY = "cost_total"
 
 
-def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Token and dollar totals for the run and per pillar (``usd`` None when a rate is unknown)."""
+def cost_totals(
+    records: Sequence[Mapping[str, Any]], unrecorded: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Token and dollar totals for the run and per pillar (``usd`` None when a rate is
+    unknown); with *unrecorded*, the run's calls no record holds, beside them."""
     zero: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
     total = dict(zero)
     pillars: dict[str, dict[str, Any]] = {}
@@ -253,7 +256,10 @@ def cost_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for bucket in (total, *pillars.values()):  # a sum of floats: $4.48, not 4.480000000000001
         if bucket["usd"] is not None:
             bucket["usd"] = round(bucket["usd"], USD_DIGITS)
-    return {"total": total, "pillars": pillars}
+    totals: dict[str, Any] = {"total": total, "pillars": pillars}
+    if unrecorded:
+        totals["unrecorded"] = dict(unrecorded)
+    return totals
 
 
 #: Decimals a dollar total keeps: far below any price, above a float sum's noise.
@@ -311,7 +317,7 @@ def summary_dict(
             "injection_suspected": flagged,  # of the items above, those a judge flagged
         },
         "nodes": [node_dict(tree, streamed=streamed)] if tree else [],
-        "cost": cost_totals(list(outcome.bucket.records.values())),
+        "cost": cost_totals(list(outcome.bucket.records.values()), outcome.unrecorded),
         "chain_head": outcome.head,
         "started_at": outcome.started_at,
         "ended_at": rfc3339(ended_at),

@@ -128,6 +128,7 @@ def write_summary(
             tr.write_line(
                 f"tokens: {cost['prompt_tokens']} in, {cost['completion_tokens']} out; cost {usd}"
             )
+        _write_unrecorded_line(tr, outcome.unrecorded)
         _write_cache_line(tr, list(outcome.bucket.records.values()))
         _write_pr_check(tr, outcome.pr)
         for note in gate.notes:
@@ -456,6 +457,33 @@ def _cache_statuses(result: object) -> list[tuple[str, bool]]:
     for child in children if isinstance(children, list) else ():
         out += _cache_statuses(child)
     return out
+
+
+def _write_unrecorded_line(tr: Any, unrecorded: Mapping[str, Any] | None) -> None:
+    """The paid calls in flight at the end, which a provider may bill and no total holds."""
+    if not unrecorded:
+        return
+    parts = []
+    calls = int(unrecorded.get("calls") or 0)
+    if calls:
+        unpriced = int(unrecorded.get("calls_unpriced") or 0)
+        usd = float(unrecorded.get("usd_at_average") or 0.0)
+        price = f"about ${usd:.4f} at their models' averages" if calls > unpriced else "not priced"
+        if unpriced and calls > unpriced:
+            price += f", {unpriced} not priced"
+        parts.append(
+            f"{calls} paid call{'s' if calls != 1 else ''} in flight at the end, cancelled or "
+            f"abandoned ({price})"
+        )
+    workers = int(unrecorded.get("workers_crashed") or 0)
+    if workers:
+        known = int(unrecorded.get("calls_in_crashed_workers") or 0)
+        how_many = f"at least {known} by their last reports" if known else "how many is not known"
+        parts.append(
+            f"the calls in flight in {workers} crashed worker{'s' if workers != 1 else ''} "
+            f"({how_many}; not priced)"
+        )
+    tr.write_line("not in the cost above, a provider may bill: " + "; ".join(parts), yellow=True)
 
 
 def _write_cache_line(tr: Terminal, records: Sequence[Mapping[str, object]]) -> None:
