@@ -268,7 +268,6 @@ class Progress:
         self.cost = 0.0
         self.cost_unknown = False
         self._seen: set[str] = set()
-        self._worker_in_flight: dict[str, int] = {}
         self._total_ids = -1
         self._total = 0
         self.batch: str | None = None
@@ -317,11 +316,6 @@ class Progress:
         """Count one report (O(1)): an item done, an error, its cost."""
         self.recount()
         payload = getattr(report, "agenteval", None)
-        node = getattr(report, "node", None)
-        flight = getattr(report, "agenteval_in_flight", None)
-        if node is not None and isinstance(flight, int):
-            worker = getattr(getattr(node, "gateway", None), "id", None) or str(id(node))
-            self._worker_in_flight[str(worker)] = flight
         if report.nodeid in self._seen:
             return
         if isinstance(payload, dict):
@@ -343,8 +337,9 @@ class Progress:
 
     def in_flight(self) -> tuple[int | None, bool]:
         """(calls in flight, summed from the xdist workers' reports?); None: not known here."""
-        if self._worker_in_flight:
-            return sum(self._worker_in_flight.values()), True
+        workers = self.state.worker_in_flight  # each worker's last report (see _roles.py)
+        if workers:
+            return sum(workers.values()), True
         if self.config.pluginmanager.hasplugin("dsession"):  # an xdist controller
             return None, False
         return local_in_flight(self.state), False

@@ -18,6 +18,7 @@ Both read the run's shared :class:`~pytest_agenteval._session.AgentevalState`
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -260,7 +261,11 @@ class AggregatorHooks:
             self.state.crashed_workers += 1
             self.state.crashed_in_flight += in_flight  # what it last said it had in flight
         unrecorded = getattr(node, "workeroutput", {}).get(WORKER_UNRECORDED)
-        if isinstance(unrecorded, list) and len(unrecorded) == 3:
+        if (
+            isinstance(unrecorded, list)
+            and len(unrecorded) == 3
+            and all(type(x) in (int, float) and math.isfinite(x) for x in unrecorded)
+        ):
             calls, usd, unpriced = unrecorded
             self.state.worker_unrecorded[worker] = (int(calls), float(usd), int(unpriced))
         refused = getattr(node, "workeroutput", {}).get(WORKER_REFUSED)
