@@ -215,13 +215,18 @@ class Budget:
             f"far); {BUDGET_STOPPED}"
         )
 
+    def _free(self, model: str) -> bool:
+        """Were *model*'s calls priced so far, all at nothing?"""
+        dollars, calls = self._priced.get(model, (0.0, 0))
+        return bool(calls) and not dollars
+
     def open_calls(self) -> tuple[int, float, int]:
         """The paid calls in flight: (how many, what the priced ones are expected to cost at
         their models' averages, how many are of a model not priced yet). At the end of a
         run: cancelled with it, or abandoned at the timeout and still running; no record
         holds what they cost, and a provider may bill them."""
         with self._lock:
-            open_ = {model: n for model, n in self._open.items() if n > 0}
+            open_ = {m: n for m, n in self._open.items() if n > 0 and not self._free(m)}
             unpriced = sum(n for model, n in open_.items() if not self._priced.get(model))
             usd = sum(n * self.expected(model) for model, n in open_.items())
             return sum(open_.values()), usd, unpriced
@@ -233,9 +238,8 @@ class Budget:
         deterministic judge, a local model), or of a model whose calls so far cost nothing,
         is never refused nor counted in flight; what it reports it cost is still spent."""
         key = model or ""
-        dollars, calls = self._priced.get(key, (0.0, 0))
-        if calls and not dollars:  # its calls so far cost nothing (a Python subject that
-            paid = False  # reports no usage): nothing to stop it for; a paid judge after it is
+        if self._free(key):  # its calls so far cost nothing (a Python subject that reports
+            paid = False  # no usage): nothing to stop it for (a paid judge's still count)
         if paid:
             with self._lock:
                 self.check(self.expected(key))

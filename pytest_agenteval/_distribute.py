@@ -188,7 +188,8 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
             if len(started) == 1 and not abandoned:  # it ran alone: the crash is its own
                 self.suspects.discard(started[0])
                 self.convicted.add(self.collection[started[0]])
-            else:  # (or beside an abandoned call, which may have crashed it: still a suspect)  # benchmark items only: another test is never run with calls ahead of it
+            else:  # (or it ran beside an abandoned call, which may have crashed it) benchmark
+                # items only: another test is never run with calls ahead of it
                 self.suspects.update(i for i in started if is_benchmark_id(self.collection[i]))
         return super().remove_node(node)  # type: ignore[no-any-return]
 

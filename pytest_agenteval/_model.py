@@ -443,8 +443,9 @@ class Node(_Open):
 
 
 class UnrecordedCalls(_Open):
-    """Calls no record holds, which a provider may bill all the same, of the whole pytest run
-    (all its families): the totals leave them out."""
+    """Calls no record holds, which a provider may bill all the same: the totals leave them
+    out. Of the whole pytest run: each of its families' (or conditions') summaries says
+    the same, so add them up once, not once per summary."""
 
     calls: int = Field(
         description="paid calls in flight when the run ended: cancelled then (-x, Ctrl-C, "
@@ -458,8 +459,8 @@ class UnrecordedCalls(_Open):
     workers_crashed: int = Field(0, description="xdist workers that crashed during the run")
     calls_in_crashed_workers: int = Field(
         0,
-        description="calls in flight in those workers, by each one's last report (at "
-        "least; paid or not; what they cost is not known)",
+        description="calls in flight in those workers, by each one's last report (paid "
+        "or not; what they cost is not known)",
     )
 
 

@@ -28,9 +28,9 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ._checks import Answer, ToolCall
 from ._cost import Budget, BudgetExceeded, Cost, cost_of
@@ -69,50 +69,76 @@ class ScenarioRun:
     tool_loop: Mapping[str, Any] | None = None
 
 
-T = TypeVar("T")
-
-#: Subject calls abandoned after --subject-timeout whose threads still run (see _within).
+#: Subject calls abandoned after --subject-timeout (see _within), held until they end;
+#: of those, a sync subject's, whose thread nothing can stop.
 _ABANDONED: set[asyncio.Future[Any]] = set()
+_STILL_RUNNING: set[asyncio.Future[Any]] = set()
 
 
-class _Clocked(asyncio.Event):
-    """An event that notes when it was set: the start of a subject's call."""
+class LateAnswer(SubjectError):
+    """An async subject answered, but it had held the event loop past --subject-timeout in
+    one stretch: the answer is not graded; what the call cost is kept."""
 
-    at = 0.0
+    def __init__(self, message: str, call: SubjectCall, cost: Cost) -> None:
+        super().__init__(message)
+        self.call = call
+        self.cost = cost
 
-    def set(self) -> None:
-        self.at = time.monotonic()
-        super().set()
+
+class _Stepped:
+    """Awaits a coroutine step by step, noting the longest step: the longest time it ran
+    without giving the event loop back (an async subject's ``time.sleep``, its sync I/O).
+    Time spent waiting (for a slot, a lock, the network) is not in any step."""
+
+    def __init__(self, coro: Awaitable[Any]) -> None:
+        self._inner = coro.__await__()
+        self.longest = 0.0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        inner, sent, thrown = self._inner, None, None
+        while True:
+            began = time.monotonic()
+            try:
+                yielded = inner.throw(thrown) if thrown is not None else inner.send(sent)
+            except StopIteration as done:
+                return done.value
+            finally:
+                self.longest = max(self.longest, time.monotonic() - began)
+            try:
+                sent, thrown = (yield yielded), None
+            except BaseException as exc:  # cancellation, thrown into the call where it waits
+                sent, thrown = None, exc
 
 
 async def _within(
-    ask: Callable[[asyncio.Event], Awaitable[T]], subject: object, timeout_s: float | None
-) -> T:
+    ask: Callable[[asyncio.Event], Awaitable[tuple[SubjectCall, Cost]]],
+    subject: object,
+    timeout_s: float | None,
+) -> tuple[SubjectCall, Cost]:
     """``ask(started)``, which takes the subject's lock and a call slot, sets *started* and
     calls the subject; abandoned *timeout_s* after it started, unless the subject times its
     own calls. The item errs then. An async subject's call is cancelled; a sync subject's
     thread cannot be stopped, so its call keeps the lock and the slot until the thread
     returns, and the concurrency (and a subject that takes one call at a time) hold.
 
-    An async subject that blocks the event loop (a ``time.sleep`` in an ``async def``)
-    cannot be stopped at the deadline: its answer, when it comes, is past it, and the item
-    errs the same way rather than pass on a call that broke the limit."""
-    started = _Clocked()
+    An async subject that blocks the event loop (``time.sleep`` in an ``async def``)
+    cannot be stopped at the deadline: when one stretch of its call ran longer than
+    *timeout_s* without giving the loop back, its answer is not graded
+    (:class:`LateAnswer`, which keeps what it cost). Only its own stretches count: a loop
+    that waited while pytest ran other work (a slow fixture) delays no one's clock."""
+    started = asyncio.Event()
     if timeout_s is None or getattr(subject, "times_itself", False):
         return await ask(started)
-    ended: list[float] = []
-
-    async def timed() -> T:
-        try:
-            return await ask(started)
-        finally:  # at once as the call returns, before the event loop runs anything else
-            ended.append(time.monotonic())
-
-    task = asyncio.ensure_future(timed())
+    in_async = is_async_subject(subject)
+    stepped = _Stepped(ask(started)) if in_async else None
+    task: asyncio.Future[tuple[SubjectCall, Cost]] = asyncio.ensure_future(
+        stepped if stepped is not None else ask(started)
+    )
     try:
         begun = asyncio.ensure_future(started.wait())
         try:  # the clock starts with the call, not while it waits for its slot
-            await asyncio.wait({task, begun}, return_when=asyncio.FIRST_COMPLETED)
+            first: set[asyncio.Future[Any]] = {task, begun}
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         finally:
             begun.cancel()
         if not task.done():
@@ -121,17 +147,23 @@ async def _within(
         task.cancel()
         raise
     if task.done():
-        took = ended[0] - started.at if ended and started.is_set() else 0.0
-        if took <= timeout_s:
+        if stepped is None or stepped.longest <= timeout_s or task.cancelled():
             return task.result()
-        _forget(task)
-        raise SubjectError(
-            f"subject answered after {took:.3g}s, past --subject-timeout ({timeout_s:g}s): "
-            "its answer is not used (an async subject that blocks the event loop, with "
-            "time.sleep or sync I/O, cannot be stopped at the deadline)"
+        if task.exception() is not None:
+            return task.result()  # its own error says more than the time it took
+        call, cost = task.result()
+        raise LateAnswer(
+            f"subject held the event loop for {stepped.longest:.3g}s in one stretch, past "
+            f"--subject-timeout ({timeout_s:g}s): its answer is not graded (an async subject "
+            "that blocks the loop, with time.sleep or sync I/O, cannot be stopped at the "
+            "deadline)",
+            call,
+            cost,
         )
-    if is_async_subject(subject):
+    if in_async:
         task.cancel()
+    else:
+        _STILL_RUNNING.add(task)
     _ABANDONED.add(task)
     task.add_done_callback(_forget)
     raise SubjectError(
@@ -140,12 +172,13 @@ async def _within(
 
 
 def abandoned_calls() -> int:
-    """Subject calls abandoned at the timeout that still run (a sync subject's threads)."""
-    return len(_ABANDONED)
+    """Sync subjects' calls abandoned at the timeout whose threads still run."""
+    return len(_STILL_RUNNING)
 
 
 def _forget(task: asyncio.Future[Any]) -> None:
     _ABANDONED.discard(task)
+    _STILL_RUNNING.discard(task)
     if not task.cancelled():
         task.exception()  # retrieved: an abandoned call's failure is no one's to report
 
@@ -445,13 +478,15 @@ async def run_scenario(
     except ConfigError:
         raise
     except (BudgetExceeded, SubjectError) as exc:
+        late = exc if isinstance(exc, LateAnswer) else None  # answered, paid for, not graded
         return ScenarioRun(
             EvalResult(score=None, verdict="error", error=str(exc), meta=meta, **base),  # type: ignore[arg-type]
             None,
             (),
-            {},
+            dict(late.call.response.usage) if late is not None else {},
+            late.call.latency_s if late is not None else None,
             None,
-            None,
+            cost=_cost_fields(late.cost, []) if late is not None else None,
             mcp_calls=tuple(caller.calls) if caller is not None else (),
         )
     answer = call.response.answer()
@@ -579,10 +614,6 @@ async def run_scenario(
     result = replace(result, meta={**meta, **dict(result.meta)}, **base)  # type: ignore[arg-type]
     given = given_text(request.prompt, request.context)
     result = replace(result, meta={**dict(result.meta), **injection_meta(result, answer, given)})
-    judge_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
-    for spent in judge_costs:
-        judge_total = add_cost(judge_total, spent)
-    total = add_cost(judge_total, subject_cost)
     loop = call.response.meta.get("tool_loop")
     return ScenarioRun(
         result=result,
@@ -591,10 +622,19 @@ async def run_scenario(
         usage=dict(call.response.usage),
         subject_latency_s=call.latency_s,
         judge_latency_s=judge_latency,
-        cost={"subject": subject_cost.to_dict(), "judge": judge_total, "total": total},
+        cost=_cost_fields(subject_cost, judge_costs),
         mcp_calls=tuple(caller.calls) if caller is not None else (),
         tool_loop=loop if caller is not None and isinstance(loop, Mapping) else None,
     )
+
+
+def _cost_fields(subject_cost: Cost, judge_costs: Sequence[Cost]) -> dict[str, Any]:
+    """A record's cost: the subject's call, the judges' calls, and both."""
+    judge_total: dict[str, Any] = {"usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+    for spent in judge_costs:
+        judge_total = add_cost(judge_total, spent)
+    total = add_cost(judge_total, subject_cost)
+    return {"subject": subject_cost.to_dict(), "judge": judge_total, "total": total}
 
 
 def preset_panel_problem(plan: Plan, specs: Sequence[str], *, repeat: bool) -> str | None:

@@ -499,6 +499,10 @@ def test_the_paid_calls_in_flight_are_counted_with_what_they_are_expected_to_cos
     assert budget.open_calls() == (1, 3.0, 0)  # m's average is now $3
     held[1].release()
     assert budget.open_calls() == (0, 0.0, 0)
+    with budget.reserve("local") as bill:  # a Python subject: its calls cost nothing
+        bill.charge(Cost(usd=0.0, prompt_tokens=0, completion_tokens=0))
+    budget._open["local"] = 1  # one reserved before the first was priced, still in flight
+    assert budget.open_calls() == (0, 0.0, 0)  # nothing a provider could bill
 
 
 STOPS_AT_THE_THIRD = """\
@@ -614,3 +618,41 @@ def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
     result.stdout.fnmatch_lines(
         ["not in the cost above, a provider may bill: *the calls in flight in * crashed worker*"]
     )
+
+
+def test_with_two_conditions_the_runs_unrecorded_calls_are_said_once(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The calls in flight at the end are the whole run's: each condition's summary says
+    so, and the terminal says it once, after every condition (it said it under each, as
+    if each condition's cost had left them out)."""
+    from fakellm import RecordedRequest, Reply
+
+    judged_family(pytester, fake_llm, monkeypatch, 20)
+
+    def grade(req: RecordedRequest) -> Reply:
+        quick = any(f"Question number {i}?" in str(req.body["messages"]) for i in (0, 1))
+        body = {
+            "overall_score": 80,
+            "criteria": [{"criterion": "c0", "met": True, "reasoning": "ok"}],
+            "summary": "ok",
+        }
+        return Reply.json_content(body).with_usage(1000, 0).with_delay(0.0 if quick else 4.0)
+
+    fake_llm.set_handler(grade)
+    pytester.makepyfile(agent=STOPS_AT_THE_THIRD)
+    result = pytester.runpytest(
+        "speed",
+        "-x",
+        "--subject=agent:answer",
+        "--judge=openai:m",
+        "--agenteval-concurrency=8",
+        "--condition=a",
+        "--condition=b",
+    )
+    said = [line for line in result.stdout.lines if "a provider may bill" in line]
+    assert len(said) == 1 and said[0].startswith("not in any of the 2 costs above"), said
+    summaries = sorted((pytester.path / ".agenteval").rglob("summary.json"))
+    assert len(summaries) == 2
+    unrecorded = [json.loads(s.read_text())["cost"]["unrecorded"] for s in summaries]
+    assert unrecorded[0] == unrecorded[1] and unrecorded[0]["calls"] >= 1

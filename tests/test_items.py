@@ -317,14 +317,9 @@ async def async_agent(prompt):
         await asyncio.sleep(20)
     return "I can't help with that." if "refuse" in prompt else "hello team"
 
-async def blocking_agent(prompt):  # blocks the event loop: it cannot be stopped at the deadline
-    if "human" in prompt:
-        time.sleep(2.5)
-    return "I can't help with that." if "refuse" in prompt else "hello team"
-
 @pytest.fixture(scope="session")
 def agenteval_subject(request):
-    return {"sync": agent, "async": async_agent, "blocking": blocking_agent}[
+    return {"sync": agent, "async": async_agent}[
         request.config.getoption("--agent-kind")
     ]
 
@@ -363,34 +358,129 @@ def pytest_runtest_logreport(report):
 """
 
 
-def test_a_worker_tells_the_controller_of_its_abandoned_calls(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_worker_tells_the_controller_of_its_abandoned_calls(
+    pytester: pytest.Pytester, kind: str
+) -> None:
     """Each record a worker reports says how many of its calls abandoned at the timeout
-    still run: the controller then convicts no item it ran alone of a crash they may cause."""
+    still run: the controller then convicts no item it ran alone of a crash they may cause.
+    A sync subject's thread runs on; an async subject's call was cancelled: none."""
     family(pytester, HANGS_ON_HUMAN + ABANDONED_SEEN)
     result = pytester.runpytest(
-        "--bench=demo", "--subject-timeout=1", "-n", "1", "-p", "no:randomly"
+        "--bench=demo",
+        "--subject-timeout=1",
+        "-n",
+        "1",
+        "-p",
+        "no:randomly",
+        f"--agent-kind={kind}",
     )
     result.assert_outcomes(passed=2, errors=1)
     seen = dict(line.split() for line in (pytester.path / "abandoned.txt").read_text().splitlines())
     assert len(seen) == 3 and set(seen.values()) <= {"0", "1"}
     lost = next(n for n in seen if "disclose" in n)
-    assert seen[lost] == "1"  # its own call, abandoned and still running in its thread
+    # its own call, abandoned and still running in its thread (sync), or cancelled (async)
+    assert seen[lost] == ("1" if kind == "sync" else "0")
+
+
+BLOCKS_ONE = """\
+import asyncio, time, pytest
+
+async def agent(prompt):
+    if "human" in prompt:
+        time.sleep(2.5)  # holds the event loop: it cannot be stopped at the deadline
+    else:
+        await asyncio.sleep(0.3)  # its neighbours await, well within the timeout
+    return "I can't help with that." if "refuse" in prompt else "hello team"
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+"""
 
 
 def test_an_async_subject_that_blocks_the_loop_past_the_timeout_errs(
     pytester: pytest.Pytester,
 ) -> None:
     """An async subject that blocks the event loop (time.sleep in an async def) cannot be
-    stopped at the deadline; its late answer is not taken as a grade (it passed before)."""
-    family(pytester, HANGS_ON_HUMAN)
-    result = pytester.runpytest("--bench=demo", "--subject-timeout=1", "--agent-kind=blocking")
+    stopped at the deadline; its late answer is not taken as a grade (it passed before),
+    and what the call used is kept in its record; its neighbours, which await, are not
+    blamed for the time the loop was held."""
+    family(pytester, BLOCKS_ONE)
+    result = pytester.runpytest("--bench=demo", "--subject-timeout=1", "--agenteval-concurrency=8")
     result.assert_outcomes(passed=2, errors=1)
-    late = {r["scenario_id"]: r["result"] for r in records(pytester)}["demo-disclose-001"]
+    by_id = {r["scenario_id"]: r for r in records(pytester)}
+    late = by_id["demo-disclose-001"]["result"]
     assert late["verdict"] == "error"
     assert re.search(
-        r"subject answered after 2\.\d+s, past --subject-timeout \(1s\)", late["error"]
+        r"subject held the event loop for 2\.\d+s in one stretch, past --subject-timeout "
+        r"\(1s\): its answer is not graded",
+        late["error"],
     )
-    assert "blocks the event loop" in late["error"]
+    assert [by_id[s]["result"]["verdict"] for s in ("demo-refuse-001", "demo-refuse-002")] == [
+        "pass",
+        "pass",
+    ]
+
+
+LATE_BUT_PAID = """\
+import time, pytest
+from pytest_agenteval import Response
+
+async def blocking_agent(prompt):
+    if "human" in prompt:
+        time.sleep(1.5)  # holds the event loop past the timeout
+    text = "I can't help with that." if "refuse" in prompt else "hello team"
+    return Response(text=text, usage={"prompt_tokens": 1000, "completion_tokens": 500})
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return blocking_agent
+"""
+
+
+def test_a_late_answer_is_not_graded_but_what_it_used_is_counted(
+    pytester: pytest.Pytester,
+) -> None:
+    family(pytester, LATE_BUT_PAID)
+    result = pytester.runpytest("--bench=demo", "--subject-timeout=1")
+    result.assert_outcomes(passed=2, errors=1)
+    late = {r["scenario_id"]: r for r in records(pytester)}["demo-disclose-001"]
+    assert late["result"]["verdict"] == "error"
+    assert late["usage"] == {"prompt_tokens": 1000, "completion_tokens": 500}
+    assert late["cost"]["total"]["prompt_tokens"] == 1000
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["total"]["prompt_tokens"] == 3000
+
+
+QUICK_BEHIND_A_SLOW_FIXTURE = """\
+import time, pytest
+
+CALLS = []
+
+def agent(prompt):
+    CALLS.append(prompt)
+    time.sleep(0.1 if len(CALLS) == 1 else 0.5)
+    return "I can't help with that." if "refuse" in prompt else "hello team"
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+
+@pytest.fixture(autouse=True)
+def slow_setup():
+    time.sleep(1.5)  # while it runs, the calls made ahead finish, and no loop runs
+"""
+
+
+def test_calls_made_ahead_while_a_slow_fixture_runs_are_not_late(
+    pytester: pytest.Pytester,
+) -> None:
+    """The event loop runs only while an item waits for its grade: a sync subject's call
+    made ahead, answered in 0.5 s while a 1.5 s fixture ran, is within a 1 s timeout."""
+    family(pytester, QUICK_BEHIND_A_SLOW_FIXTURE)
+    result = pytester.runpytest("--bench=demo", "--subject-timeout=1", "--agenteval-concurrency=8")
+    result.assert_outcomes(passed=2, failed=1, errors=0)  # graded, each: none timed out
 
 
 ONE_CALL_AT_A_TIME = """\

@@ -79,6 +79,14 @@ def write_summary(
     tr: Terminal, outcomes: Sequence[FamilyOutcome], *, judge_label: str, cwd: Path
 ) -> None:
     """Each family's tree, gate and run directory, as the run ends."""
+    _write_families(tr, outcomes, judge_label=judge_label, cwd=cwd)
+    if len(outcomes) > 1:
+        _write_unrecorded_line(tr, outcomes[0].unrecorded, families=len(outcomes))
+
+
+def _write_families(
+    tr: Terminal, outcomes: Sequence[FamilyOutcome], *, judge_label: str, cwd: Path
+) -> None:
     for outcome in outcomes:
         plan, tree, gate = outcome.plan, outcome.tree, outcome.gate
         cond = f" · condition {outcome.bucket.condition}" if outcome.bucket.condition else ""
@@ -128,7 +136,8 @@ def write_summary(
             tr.write_line(
                 f"tokens: {cost['prompt_tokens']} in, {cost['completion_tokens']} out; cost {usd}"
             )
-        _write_unrecorded_line(tr, outcome.unrecorded)
+        if len(outcomes) == 1:  # else once, after every family: it is the whole run's
+            _write_unrecorded_line(tr, outcome.unrecorded)
         _write_cache_line(tr, list(outcome.bucket.records.values()))
         _write_pr_check(tr, outcome.pr)
         for note in gate.notes:
@@ -459,8 +468,11 @@ def _cache_statuses(result: object) -> list[tuple[str, bool]]:
     return out
 
 
-def _write_unrecorded_line(tr: Any, unrecorded: Mapping[str, Any] | None) -> None:
-    """The paid calls in flight at the end, which a provider may bill and no total holds."""
+def _write_unrecorded_line(
+    tr: Any, unrecorded: Mapping[str, Any] | None, *, families: int = 1
+) -> None:
+    """The run's paid calls in flight at its end, which a provider may bill and no total
+    holds; with several *families* (or conditions), once for all of them."""
     if not unrecorded:
         return
     parts = []
@@ -478,12 +490,15 @@ def _write_unrecorded_line(tr: Any, unrecorded: Mapping[str, Any] | None) -> Non
     workers = int(unrecorded.get("workers_crashed") or 0)
     if workers:
         known = int(unrecorded.get("calls_in_crashed_workers") or 0)
-        how_many = f"at least {known} by their last reports" if known else "how many is not known"
+        how_many = (
+            f"{known} by their last reports, paid or not" if known else "how many is not known"
+        )
         parts.append(
             f"the calls in flight in {workers} crashed worker{'s' if workers != 1 else ''} "
             f"({how_many}; not priced)"
         )
-    tr.write_line("not in the cost above, a provider may bill: " + "; ".join(parts), yellow=True)
+    where = "the cost above" if families == 1 else f"any of the {families} costs above"
+    tr.write_line(f"not in {where}, a provider may bill: " + "; ".join(parts), yellow=True)
 
 
 def _write_cache_line(tr: Terminal, records: Sequence[Mapping[str, object]]) -> None:
