@@ -516,17 +516,14 @@ def answer(prompt):
 """
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_paid_calls_in_flight_when_a_run_stops_are_said_beside_its_cost(
+def stopped_with_calls_in_flight(
     pytester: pytest.Pytester,
     fake_llm: FakeLLMServer,
     monkeypatch: pytest.MonkeyPatch,
-    workers: list[str],
-) -> None:
-    """-x at the third item while the judge calls of the items ahead are in flight: they are
-    cancelled, no record holds them, and a provider may bill them all the same. The summary
-    and the terminal say how many, and what they would cost at the run's average (the total
-    counted none of them, silently)."""
+    *args: str,
+) -> pytest.RunResult:
+    """20 scenarios, -x at the third (its subject fails), while the judge ($1 a call) is
+    quick for the first two and takes 4 s for the rest: their calls are in flight."""
     from fakellm import RecordedRequest, Reply
 
     judged_family(pytester, fake_llm, monkeypatch, 20)
@@ -542,14 +539,28 @@ def test_paid_calls_in_flight_when_a_run_stops_are_said_beside_its_cost(
 
     fake_llm.set_handler(grade)
     pytester.makepyfile(agent=STOPS_AT_THE_THIRD)
-    result = pytester.runpytest(
+    return pytester.runpytest(
         "speed",
         "-x",
-        *workers,
         "--subject=agent:answer",
         "--judge=openai:m",
         "--agenteval-concurrency=8",
+        *args,
     )
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_paid_calls_in_flight_when_a_run_stops_are_said_beside_its_cost(
+    pytester: pytest.Pytester,
+    fake_llm: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: list[str],
+) -> None:
+    """-x at the third item while the judge calls of the items ahead are in flight: they are
+    cancelled, no record holds them, and a provider may bill them all the same. The summary
+    and the terminal say how many, and what they would cost at the run's average (the total
+    counted none of them, silently)."""
+    result = stopped_with_calls_in_flight(pytester, fake_llm, monkeypatch, *workers)
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     cost = json.loads(summary.read_text())["cost"]
     unrecorded = cost["unrecorded"]
@@ -626,29 +637,8 @@ def test_with_two_conditions_the_runs_unrecorded_calls_are_said_once(
     """The calls in flight at the end are the whole run's: each condition's summary says
     so, and the terminal says it once, after every condition (it said it under each, as
     if each condition's cost had left them out)."""
-    from fakellm import RecordedRequest, Reply
-
-    judged_family(pytester, fake_llm, monkeypatch, 20)
-
-    def grade(req: RecordedRequest) -> Reply:
-        quick = any(f"Question number {i}?" in str(req.body["messages"]) for i in (0, 1))
-        body = {
-            "overall_score": 80,
-            "criteria": [{"criterion": "c0", "met": True, "reasoning": "ok"}],
-            "summary": "ok",
-        }
-        return Reply.json_content(body).with_usage(1000, 0).with_delay(0.0 if quick else 4.0)
-
-    fake_llm.set_handler(grade)
-    pytester.makepyfile(agent=STOPS_AT_THE_THIRD)
-    result = pytester.runpytest(
-        "speed",
-        "-x",
-        "--subject=agent:answer",
-        "--judge=openai:m",
-        "--agenteval-concurrency=8",
-        "--condition=a",
-        "--condition=b",
+    result = stopped_with_calls_in_flight(
+        pytester, fake_llm, monkeypatch, "--condition=a", "--condition=b"
     )
     said = [line for line in result.stdout.lines if "a provider may bill" in line]
     assert len(said) == 1 and said[0].startswith("not in any of the 2 costs above"), said

@@ -403,9 +403,8 @@ def test_an_async_subject_that_blocks_the_loop_past_the_timeout_errs(
     pytester: pytest.Pytester,
 ) -> None:
     """An async subject that blocks the event loop (time.sleep in an async def) cannot be
-    stopped at the deadline; its late answer is not taken as a grade (it passed before),
-    and what the call used is kept in its record; its neighbours, which await, are not
-    blamed for the time the loop was held."""
+    stopped at the deadline; its late answer is not taken as a grade (it passed before).
+    Its neighbours, which await, are not blamed for the time the loop was held."""
     family(pytester, BLOCKS_ONE)
     result = pytester.runpytest("--bench=demo", "--subject-timeout=1", "--agenteval-concurrency=8")
     result.assert_outcomes(passed=2, errors=1)
