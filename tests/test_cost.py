@@ -549,31 +549,53 @@ def stopped_with_calls_in_flight(
     )
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_paid_calls_in_flight_when_a_run_stops_are_said_beside_its_cost(
-    pytester: pytest.Pytester,
-    fake_llm: FakeLLMServer,
-    monkeypatch: pytest.MonkeyPatch,
-    workers: list[str],
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """-x at the third item while the judge calls of the items ahead are in flight: they are
     cancelled, no record holds them, and a provider may bill them all the same. The summary
     and the terminal say how many, and what they would cost at the run's average (the total
     counted none of them, silently)."""
-    result = stopped_with_calls_in_flight(pytester, fake_llm, monkeypatch, *workers)
+    result = stopped_with_calls_in_flight(pytester, fake_llm, monkeypatch)
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
-    cost = json.loads(summary.read_text())["cost"]
-    unrecorded = cost["unrecorded"]
-    assert unrecorded["calls"] >= 1, result.stdout.str()
-    # $1 a call wherever the worker had priced one; a worker that had none cannot price it
-    priced = unrecorded["calls"] - unrecorded["calls_unpriced"]
-    assert unrecorded["usd_at_average"] == pytest.approx(priced)
-    assert unrecorded["calls_in_crashed_workers"] == 0
-    if not workers:
-        assert unrecorded["calls_unpriced"] == 0 and priced >= 1
+    unrecorded = json.loads(summary.read_text())["cost"]["unrecorded"]
+    assert unrecorded["calls"] >= 1 and unrecorded["calls_unpriced"] == 0, result.stdout.str()
+    assert unrecorded["usd_at_average"] == pytest.approx(unrecorded["calls"])  # $1 a call
+    assert unrecorded["workers_crashed"] == unrecorded["calls_in_crashed_workers"] == 0
     result.stdout.fnmatch_lines(
         [f"not in the cost above, a provider may bill: {unrecorded['calls']} paid call*"]
     )
+
+
+HELD_AT_THE_END = """\
+import pytest
+from pytest_agenteval._stash import STATE
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):  # a worker: one judge call still in flight
+        budget = session.config.stash[STATE].scheduler.budget
+        budget.reserve(next(model for model, (usd, _) in budget._priced.items() if usd))
+"""
+
+
+def test_each_workers_calls_in_flight_at_its_end_reach_the_controller(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under -n, each worker hands the controller the paid calls it still has in flight as
+    it finishes (one each here, held open by a conftest: which calls a stopped run leaves
+    in flight depends on timing), priced at that worker's average ($1)."""
+    judged_family(pytester, fake_llm, monkeypatch, 20)
+    pytester.makeconftest(HELD_AT_THE_END)
+    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
+    result = pytester.runpytest(
+        "speed", "-n", "2", "--subject=agent:answer", "--judge=openai:m", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=20)
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    unrecorded = json.loads(summary.read_text())["cost"]["unrecorded"]
+    assert (unrecorded["calls"], unrecorded["usd_at_average"]) == (2, 2.0), unrecorded
+    result.stdout.fnmatch_lines(["not in the cost above, a provider may bill: 2 paid calls*"])
 
 
 def test_a_run_with_nothing_in_flight_at_its_end_says_nothing_of_it(
@@ -589,6 +611,15 @@ def test_a_run_with_nothing_in_flight_at_its_end_says_nothing_of_it(
     assert "unrecorded" not in json.loads(summary.read_text())["cost"]
     assert "a provider may bill" not in result.stdout.str()
 
+
+IN_FLIGHT_THREE = """\
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):  # on a worker, before xdist sends it: a known count
+    if hasattr(report, "agenteval_in_flight"):
+        report.agenteval_in_flight = 3
+"""
 
 CRASHES_ONCE_LATER = """\
 import os
@@ -614,6 +645,7 @@ def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
     those; their cost is not known)."""
     judged_family(pytester, fake_llm, monkeypatch, 24, delay_s=0.5)
     pytester.makepyfile(agent=CRASHES_ONCE_LATER)
+    pytester.makeconftest(IN_FLIGHT_THREE)  # what timing would otherwise decide
     result = pytester.runpytest_subprocess(
         "speed",
         "-n",
@@ -625,7 +657,7 @@ def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     unrecorded = json.loads(summary.read_text())["cost"].get("unrecorded")
     assert unrecorded is not None, result.stdout.str()
-    assert unrecorded["workers_crashed"] >= 1 and unrecorded["calls_in_crashed_workers"] >= 1
+    assert (unrecorded["workers_crashed"], unrecorded["calls_in_crashed_workers"]) == (1, 3)
     result.stdout.fnmatch_lines(
         ["not in the cost above, a provider may bill: *the calls in flight in * crashed worker*"]
     )
