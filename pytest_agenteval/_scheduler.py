@@ -301,6 +301,18 @@ class Scheduler:
             return _finished(future)
         return self.kept.get(nodeid)
 
+    def stop_calls(self) -> None:
+        """Cancel the runs started ahead that no item took, and let them unwind (at most
+        5 s), so that their calls in flight release their connections before the clients
+        close; closing a client under a request left its socket for the garbage collector."""
+        pending = [f for f in self.tasks.values() if not f.done()]
+        self.cancel_pending()
+        loop = self._loop
+        if loop is None or not pending:
+            return
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(asyncio.wait(pending, timeout=5))
+
     def close(self) -> None:
         """Cancel what is pending and close the loop."""
         self.cancel_pending()

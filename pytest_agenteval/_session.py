@@ -630,7 +630,9 @@ class AgentevalState:
     # ------------------------------------------------------------------ running
 
     def close(self) -> None:
-        """Close clients that subjects and judges hold, then the event loop."""
+        """Close clients that subjects and judges hold, then the event loop (the calls still
+        in flight cancelled first)."""
+        self.scheduler.stop_calls()
         closers = [getattr(obj, "aclose", None) for obj in (self._subject, *(self._judges or []))]
         for closer in closers:
             if callable(closer):
