@@ -833,8 +833,9 @@ class Aggregator:
             if self.run.replay is not None:
                 _note_replay(gate, bucket, self.run.replay)
             _note_withheld(gate, bucket)
-            outcome = FamilyOutcome(plan, tree, gate, bucket, pr=terms.fields)
-            outcome.unrecorded = unrecorded
+            outcome = FamilyOutcome(
+                plan, tree, gate, bucket, pr=terms.fields, unrecorded=unrecorded
+            )
             outcome.conditions_comparison = comparisons.get(key[:2]) if key[2] else None
             self.outcomes.append(outcome)
             recorder = bucket.recorder

@@ -251,7 +251,8 @@ class AggregatorHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        made = getattr(node, "workeroutput", {}).get(MADE_AHEAD)
+        output = getattr(node, "workeroutput", {})
+        made = output.get(MADE_AHEAD)
         if isinstance(made, dict):  # runs made ahead for items the worker never ran
             self.aggregator.made_ahead.update(made)
         worker = node.gateway.id
@@ -260,7 +261,7 @@ class AggregatorHooks:
             self.state.worker_shares.crashed(worker)
             self.state.crashed_workers += 1
             self.state.crashed_in_flight += in_flight  # what it last said it had in flight
-        unrecorded = getattr(node, "workeroutput", {}).get(WORKER_UNRECORDED)
+        unrecorded = output.get(WORKER_UNRECORDED)
         if (
             isinstance(unrecorded, list)
             and len(unrecorded) == 3
@@ -268,7 +269,7 @@ class AggregatorHooks:
         ):
             calls, usd, unpriced = unrecorded
             self.state.worker_unrecorded[worker] = (int(calls), float(usd), int(unpriced))
-        refused = getattr(node, "workeroutput", {}).get(WORKER_REFUSED)
+        refused = output.get(WORKER_REFUSED)
         if isinstance(refused, str):  # a worker's usage error (see GraderHooks)
             self.state.stop_reason = WORKER_REFUSED
 

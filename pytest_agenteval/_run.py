@@ -129,8 +129,7 @@ async def _within(
     started = asyncio.Event()
     if timeout_s is None or getattr(subject, "times_itself", False):
         return await ask(started)
-    in_async = is_async_subject(subject)
-    stepped = _Stepped(ask(started)) if in_async else None
+    stepped = _Stepped(ask(started)) if is_async_subject(subject) else None
     task: asyncio.Future[tuple[SubjectCall, Cost]] = asyncio.ensure_future(
         stepped if stepped is not None else ask(started)
     )
@@ -147,10 +146,13 @@ async def _within(
         task.cancel()
         raise
     if task.done():
-        if stepped is None or stepped.longest <= timeout_s or task.cancelled():
+        if (
+            stepped is None
+            or stepped.longest <= timeout_s
+            or task.cancelled()
+            or task.exception() is not None  # its own error says more than the time it took
+        ):
             return task.result()
-        if task.exception() is not None:
-            return task.result()  # its own error says more than the time it took
         call, cost = task.result()
         raise LateAnswer(
             f"subject held the event loop for {stepped.longest:.3g}s in one stretch, past "
@@ -160,7 +162,7 @@ async def _within(
             call,
             cost,
         )
-    if in_async:
+    if stepped is not None:  # an async subject's call: cancelled
         task.cancel()
     else:
         _STILL_RUNNING.add(task)
