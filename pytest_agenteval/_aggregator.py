@@ -25,6 +25,7 @@ import pytest
 
 from ._collect import NO_SUBJECT, ScenarioItem
 from ._compat import is_agenteval_dir
+from ._cost import payload_usd
 from ._evals import GRADE_PART_KINDS, EvalResult, injection_suspected
 from ._family import Article, Family, Plan, build_tree, is_family_dir
 from ._gate import GateOutcome, decide_gate
@@ -420,6 +421,8 @@ class Aggregator:
         self._shared_metas: dict[object, Mapping[str, object]] = {}  # see quiet_leaf
         #: node id -> what an xdist worker's run made ahead for it held (it never ran)
         self.made_ahead: dict[str, dict[str, Any]] = {}
+        #: what the records taken so far cost (see AgentevalState.unrecorded_calls)
+        self.recorded_usd = 0.0
         #: node id -> (its reports so far, is it a benchmark item), to its teardown
         self._earlier: dict[str, tuple[list[pytest.TestReport], bool]] = {}
 
@@ -537,6 +540,7 @@ class Aggregator:
     def _ingest(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Take one item's record: the tree's leaves, the evidence chain."""
         self.run.learn_origin(payload.pop("subject_origin", None))
+        self.recorded_usd += payload_usd(payload, self.run.rates) or 0.0
         # for the manifest (xdist: from a worker; read, not popped: a worker's own pass
         # over its report must leave the key for the controller)
         servers = payload.get("mcp_servers")
@@ -817,7 +821,7 @@ class Aggregator:
             for key, bucket in self.collected.items()
         }
         comparisons = self._compare_conditions(trees)
-        unrecorded = self.run.unrecorded_calls()
+        unrecorded = self.run.unrecorded_calls(self.recorded_usd)
         for key, bucket in sorted(self.collected.items(), key=lambda kv: kv[0]):
             plan = self._plan_for(bucket)
             tree = trees[key]

@@ -322,6 +322,13 @@ def payload_usd(
     return grade_cost(meta, payload.get("judge"), rates).usd
 
 
+def unheld_usd(spent: float, held: float) -> float:
+    """What a process's budget counted as spent beyond what its records hold (0 when no
+    more than a float sum's noise: the two add the same costs in other orders)."""
+    beyond = spent - held
+    return beyond if beyond > 1e-9 + 1e-9 * abs(spent) else 0.0
+
+
 #: The key of a worker's budget in xdist's ``workerinput``.
 WORKER_BUDGET = "agenteval_budget"
 

@@ -462,6 +462,13 @@ class UnrecordedCalls(_Open):
         description="calls in flight in those workers, by each one's last report (paid "
         "or not; what they cost is not known)",
     )
+    usd_answered: float = Field(
+        0.0,
+        description="what paid calls that answered cost, counted by the run's budget, that "
+        "no record holds: the subject's answer of an item whose judging was cancelled when "
+        "the run stopped, a call abandoned at --subject-timeout that answered later; the "
+        "run's spend less its records' costs, per process (a crashed worker's is not known)",
+    )
 
 
 class CostTotals(_Open):

@@ -27,7 +27,7 @@ import pytest
 
 from ._collect import ScenarioItem, no_subject
 from ._collector import QuietCollector
-from ._cost import WORKER_BUDGET, payload_usd
+from ._cost import WORKER_BUDGET, payload_usd, unheld_usd
 from ._golden_items import CalibrationItem
 from ._grader import setup_error_text
 from ._run import MADE_AHEAD, made_ahead_fields
@@ -55,6 +55,9 @@ class GraderHooks:
         self.collector = collector
         #: an xdist worker's usage error at the end of collection (see below)
         self.refused: str | None = None
+        #: what the records this process's reports carry cost (made-ahead runs included):
+        #: at a worker's end, what its budget counted beyond it no record holds
+        self.handed_usd = 0.0
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -135,9 +138,17 @@ class GraderHooks:
         }
         if made:
             workeroutput[MADE_AHEAD] = made
-        unrecorded = self.state.scheduler.budget.open_calls()
-        if unrecorded[0]:  # paid calls in flight, to be cancelled: no record will hold them
-            workeroutput[WORKER_UNRECORDED] = list(unrecorded)
+            self._handed(*made.values())
+        budget = self.state.scheduler.budget
+        calls, usd, unpriced = budget.open_calls()
+        # paid calls in flight, to be cancelled, and answered calls no record holds
+        answered = unheld_usd(budget.spent, self.handed_usd)
+        if calls or answered:
+            workeroutput[WORKER_UNRECORDED] = [calls, usd, unpriced, answered]
+
+    def _handed(self, *records: dict[str, Any]) -> None:
+        for record in records:
+            self.handed_usd += payload_usd(record, self.state.rates) or 0.0
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -170,7 +181,9 @@ class GraderHooks:
         if call.when == "setup" and report.skipped:  # skipped by a fixture or a marker
             run = self.state.scheduler.take_made_ahead(item.nodeid)
             if run is not None and run.cost:  # its calls were made ahead: they cost
-                report.agenteval_made_ahead = made_ahead_fields(run)  # type: ignore[attr-defined]
+                ahead = made_ahead_fields(run)
+                report.agenteval_made_ahead = ahead  # type: ignore[attr-defined]
+                self._handed(ahead)
         if call.when == "setup" and call.excinfo is not None and report.failed:
             message = setup_error_text(self.state, call.excinfo)
             report.longrepr = message
@@ -188,6 +201,7 @@ class GraderHooks:
             report.agenteval = (  # type: ignore[attr-defined]
                 json_safe_record(payload) if walk else payload
             )
+            self._handed(payload)
             # the report carries it now, and pytest keeps every item to the end of the session
             item.payload = None
             if isinstance(item, ScenarioItem):
@@ -264,11 +278,16 @@ class AggregatorHooks:
         unrecorded = output.get(WORKER_UNRECORDED)
         if (
             isinstance(unrecorded, list)
-            and len(unrecorded) == 3
+            and len(unrecorded) == 4
             and all(type(x) in (int, float) and math.isfinite(x) for x in unrecorded)
         ):
-            calls, usd, unpriced = unrecorded
-            self.state.worker_unrecorded[worker] = (int(calls), float(usd), int(unpriced))
+            calls, usd, unpriced, answered = unrecorded
+            self.state.worker_unrecorded[worker] = (
+                int(calls),
+                float(usd),
+                int(unpriced),
+                float(answered),
+            )
         refused = output.get(WORKER_REFUSED)
         if isinstance(refused, str):  # a worker's usage error (see GraderHooks)
             self.state.stop_reason = WORKER_REFUSED

@@ -26,7 +26,15 @@ import pytest
 from . import _settings as settings
 from ._collect import ScenarioItem
 from ._compat import is_agenteval_dir
-from ._cost import DEFAULT_RATES, WORKER_BUDGET, Budget, WorkerShares, parse_rates, rate_of
+from ._cost import (
+    DEFAULT_RATES,
+    WORKER_BUDGET,
+    Budget,
+    WorkerShares,
+    parse_rates,
+    rate_of,
+    unheld_usd,
+)
 from ._family import (
     Family,
     Plan,
@@ -275,7 +283,8 @@ class AgentevalState:
         self.worker_shares = WorkerShares(run.max_cost)
         #: paid calls no record holds, of each xdist worker as it finished (node id ->
         #: Budget.open_calls()), and the calls each had in flight by its last report
-        self.worker_unrecorded: dict[str, tuple[int, float, int]] = {}
+        #: worker id -> its (calls in flight, their usd at average, unpriced, usd answered)
+        self.worker_unrecorded: dict[str, tuple[int, float, int, float]] = {}
         self.worker_in_flight: dict[str, int] = {}
         self.crashed_workers = 0
         self.crashed_in_flight = 0
@@ -354,12 +363,19 @@ class AgentevalState:
             out = [{"spec": s} for s in (self.judge_specs or ["rules"])]
         return out
 
-    def unrecorded_calls(self) -> dict[str, Any] | None:
-        """The run's calls no record holds (:class:`~._model.UnrecordedCalls`), or None."""
+    def unrecorded_calls(self, recorded_usd: float = 0.0) -> dict[str, Any] | None:
+        """The run's calls no record holds (:class:`~._model.UnrecordedCalls`), or None.
+
+        *recorded_usd*: what the records this process took hold (its aggregator's); what this
+        process's budget counted beyond it was answered and paid for, and no record holds
+        it. Under xdist the controller calls nothing (its budget counts nothing) and each
+        worker hands over its own difference."""
         calls, usd, unpriced = self.scheduler.budget.open_calls()
-        for n, dollars, not_priced in self.worker_unrecorded.values():
+        answered = unheld_usd(self.scheduler.budget.spent, recorded_usd)
+        for n, dollars, not_priced, paid in self.worker_unrecorded.values():
             calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
-        if not calls and not self.crashed_workers:
+            answered += paid
+        if not calls and not self.crashed_workers and not answered:
             return None
         return {
             "calls": calls,
@@ -367,6 +383,7 @@ class AgentevalState:
             "calls_unpriced": unpriced,
             "workers_crashed": self.crashed_workers,
             "calls_in_crashed_workers": self.crashed_in_flight,
+            "usd_answered": round(answered, 10),
         }
 
     def judge_label(self) -> str:

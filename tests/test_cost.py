@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 from demo_family import flat_family
@@ -565,6 +566,107 @@ def test_paid_calls_in_flight_when_a_run_stops_are_said_beside_its_cost(
     result.stdout.fnmatch_lines(
         [f"not in the cost above, a provider may bill: {unrecorded['calls']} paid call*"]
     )
+
+
+def priced_subject_stopped_at_the_third(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[pytest.RunResult, dict[str, Any], int, int]:
+    """12 scenarios; a provider subject ($1 a call) answers at once but fails the third item
+    after 0.5 s, and -x stops the run there; the judge ($1) is quick for the first two
+    items and takes 4 s for the rest, whose calls are then in flight. Returns the result,
+    summary.json's cost, and the subject calls and judge calls the server answered or got."""
+    from fakellm import RecordedRequest, Reply
+
+    judged_family(pytester, fake_llm, monkeypatch, 12)
+    pytester.makeini(
+        "[pytest]\naddopts = -p no:asyncio\nagenteval_rates =\n"
+        "    m = 1000 1000\n    subj = 1000 1000\n"
+    )
+    grade = fake_llm._handler
+    assert callable(grade)
+
+    def answer_or_grade(req: RecordedRequest) -> Reply:
+        if req.body.get("model") != "subj":
+            quick = any(f"Question number {i}?" in str(req.body["messages"]) for i in (0, 1))
+            return grade(req).with_delay(0.0 if quick else 4.0)
+        if "Question number 2?" in str(req.body["messages"]):  # its failure stops the run
+            return Reply.error(400, "bad request").with_delay(0.5)
+        return Reply.content("An answer.").with_usage(1000, 0)
+
+    fake_llm.set_handler(answer_or_grade)
+    result = pytester.runpytest(
+        "speed",
+        "-x",
+        "--subject=openai:subj",
+        "--judge=openai:m",
+        "--agenteval-concurrency=8",
+        *args,
+    )
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    cost = json.loads(summary.read_text())["cost"]
+    requests = fake_llm.requests
+    answered = [
+        r for r in requests if r.body.get("model") == "subj" and "number 2?" not in str(r.body)
+    ]
+    judged = [r for r in requests if r.body.get("model") == "m"]
+    assert len(answered) > 4 and len(judged) > 4, result.stdout.str()  # calls were ahead
+    return result, cost, len(answered), len(judged)
+
+
+def test_a_paid_answer_whose_judging_a_stop_cancelled_is_said_beside_the_cost(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The subject's answers to the items ahead of the stop were paid for, and no record
+    holds them (their items were never graded): the summary says what they cost, exactly,
+    beside the judge calls cancelled in flight. The old code left them out, silently."""
+    result, cost, answered, judged = priced_subject_stopped_at_the_third(
+        pytester, fake_llm, monkeypatch
+    )
+    unrecorded = cost["unrecorded"]
+    # records: items 0 and 1, subject and judge ($4); the rest's answers, $1 each
+    assert cost["total"]["usd"] == pytest.approx(4.0), cost
+    assert unrecorded["usd_answered"] == pytest.approx(answered - 2), cost
+    # the judge calls cancelled in flight (and any reserved, not yet sent, at the stop)
+    assert unrecorded["calls"] >= judged - 2, cost
+    result.stdout.fnmatch_lines(
+        [f"not in the cost above, a provider may bill: *${answered - 2:.4f} of answered*"]
+    )
+
+
+PAID_AT_THE_END = """\
+import pytest
+from pytest_agenteval._cost import Cost
+from pytest_agenteval._stash import STATE
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):  # a worker: one answered call no record holds
+        budget = session.config.stash[STATE].scheduler.budget
+        with budget.reserve("m") as bill:
+            bill.charge(Cost(usd=1.0, prompt_tokens=1000, completion_tokens=0))
+"""
+
+
+def test_under_xdist_each_workers_paid_answers_no_record_holds_reach_the_controller(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under -n, each worker hands the controller what its budget counted beyond the records
+    it reported (made-ahead runs it handed over included): $1 each here, spent by a
+    conftest at the worker's end (which answers a stopped run leaves unheld in a worker
+    depends on timing); the records hold every other call exactly."""
+    judged_family(pytester, fake_llm, monkeypatch, 20)
+    pytester.makeconftest(PAID_AT_THE_END)
+    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
+    result = pytester.runpytest(
+        "speed", "-n", "2", "--subject=agent:answer", "--judge=openai:m", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=20)
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    cost = json.loads(summary.read_text())["cost"]
+    assert cost["total"]["usd"] == pytest.approx(20.0), cost
+    assert cost["unrecorded"]["usd_answered"] == pytest.approx(2.0), cost
+    assert cost["unrecorded"]["calls"] == 0, cost
+    result.stdout.fnmatch_lines(["not in the cost above, a provider may bill: $2.0000 of answ*"])
 
 
 HELD_AT_THE_END = """\

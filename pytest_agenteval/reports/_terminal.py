@@ -471,8 +471,9 @@ def _cache_statuses(result: object) -> list[tuple[str, bool]]:
 def _write_unrecorded_line(
     tr: Any, unrecorded: Mapping[str, Any] | None, *, families: int = 1
 ) -> None:
-    """The run's paid calls in flight at its end, which a provider may bill and no total
-    holds; with several *families* (or conditions), once for all of them."""
+    """The run's paid calls in flight at its end, and the answered ones no record holds,
+    which a provider may bill and no total holds; with several *families* (or conditions),
+    once for all of them."""
     if not unrecorded:
         return
     parts = []
@@ -486,6 +487,12 @@ def _write_unrecorded_line(
         parts.append(
             f"{calls} paid call{'s' if calls != 1 else ''} in flight at the end, cancelled or "
             f"abandoned ({price})"
+        )
+    answered = float(unrecorded.get("usd_answered") or 0.0)
+    if answered:
+        parts.append(
+            f"${answered:.4f} of answered calls no record holds (their items stopped while "
+            "being graded, or calls abandoned at the timeout that answered later)"
         )
     workers = int(unrecorded.get("workers_crashed") or 0)
     if workers:
