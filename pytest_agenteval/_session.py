@@ -274,6 +274,8 @@ class AgentevalState:
             raise pytest.UsageError(f"{exc}{where}") from None
         workerinput = getattr(config, "workerinput", {})
         workers = int(workerinput.get("workercount", 1))
+        if not workerinput:
+            settings.check_concurrency_shares(config, run.concurrency)
         self.max_cost = run.max_cost
         # limits of the run, not of each process: -n 4 must not send four times as many
         concurrency, budget = run.per_worker(workers)

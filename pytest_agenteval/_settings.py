@@ -375,6 +375,33 @@ class RunSettings:
         return worker_concurrency(self.concurrency, workers), budget
 
 
+def xdist_workers(config: pytest.Config) -> int:
+    """How many xdist workers this run starts (``-n N`` becomes N ``popen`` specs, and
+    ``--tx 2*popen`` counts 2); 0 without xdist's distribution."""
+    if config.getoption("dist", "no") == "no" or config.option.collectonly:
+        return 0
+    count = 0
+    for spec in config.getoption("tx", None) or ():
+        times, star, _ = str(spec).partition("*")
+        count += int(times) if star and times.isdigit() else 1
+    return count
+
+
+def check_concurrency_shares(config: pytest.Config, concurrency: int) -> None:
+    """Refuse (a usage error, before any call) a concurrency the user set below the number of
+    xdist workers: each worker needs a call in flight of its own, so the run would make one
+    per worker at once, more than asked. The default (8) is not a limit anyone asked for:
+    with more workers than that, each still makes one."""
+    workers = xdist_workers(config)
+    if workers > concurrency and raw(config, "agenteval_concurrency") is not None:
+        raise pytest.UsageError(
+            f"--agenteval-concurrency={concurrency} is below the run's {workers} xdist "
+            f"workers: each makes at least one call at a time, so {workers} would be in "
+            f"flight at once; run with -n {concurrency} (or fewer workers), or a concurrency "
+            f"of at least {workers}"
+        )
+
+
 def worker_concurrency(concurrency: int, workers: int) -> int:
     """One of *workers* processes' share of the run's *concurrency* (at least 1 each)."""
     return max(1, concurrency // max(1, workers))

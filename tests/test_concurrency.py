@@ -159,6 +159,41 @@ def test_concurrency_is_a_limit_of_the_run_not_of_each_worker(conc: pytest.Pytes
     assert 1 < peak <= 4
 
 
+@pytest.mark.parametrize(
+    ("args", "ini"),
+    [
+        (["--agenteval-concurrency=1", "-n", "2"], ""),
+        (["--dist", "load", "--tx", "3*popen"], "agenteval_concurrency = 2\n"),
+    ],
+    ids=["flag, -n 2", "ini, --tx 3*popen"],
+)
+def test_a_concurrency_below_the_workers_is_refused_before_any_call(
+    conc: pytest.Pytester, args: list[str], ini: str
+) -> None:
+    """Each worker makes at least one call at a time: a concurrency set below the number of
+    workers would be passed (the old code made 2 calls at once for
+    --agenteval-concurrency=1 -n 2), so it is a usage error, before any call."""
+    conc.makeconftest(XDIST_SUBJECT)
+    conc.makeini(f"[pytest]\n{ini}")
+    (conc.path / "conc" / "a.yaml").write_text(article(4))
+    result = conc.runpytest("--bench=conc", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agenteval-concurrency=* is below the run's * xdist workers*"])
+    assert not (conc.path / "calls.log").exists()
+
+
+def test_the_default_concurrency_lets_more_workers_run(pytester: pytest.Pytester) -> None:
+    """Nobody asked for the default's 8: with more workers, each makes one call at a time;
+    the same 8 asked for is refused."""
+    from pytest_agenteval._settings import check_concurrency_shares
+
+    nine = ("--tx", "9*popen", "--dist", "load")
+    check_concurrency_shares(pytester.parseconfig(*nine), 8)
+    with pytest.raises(pytest.UsageError, match="below the run's 9 xdist workers"):
+        check_concurrency_shares(pytester.parseconfig(*nine, "--agenteval-concurrency=8"), 8)
+    check_concurrency_shares(pytester.parseconfig(*nine, "--agenteval-concurrency=9"), 9)
+
+
 def test_alongside_pytest_asyncio_in_auto_mode(conc: pytest.Pytester) -> None:
     """pytest-asyncio runs its loop on the main thread for async tests and fixtures; the
     scheduler's loop runs there too, in the waits for grades. Neither may meet the other
