@@ -489,8 +489,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
             *state.budget_notes(),
             *notes,
         ]
-    if not state.bench_roots:
-        return notes or None
+    if not state.bench_roots:  # families named by path, or none: the budget's warnings hold
+        return [*state.budget_notes(), *notes] or None
     fams = ", ".join(_family_name(state, p) for p in state.bench_roots)
     return [
         f"agenteval: bench {fams} · preset {state.preset or 'smoke (default)'}",

@@ -385,7 +385,7 @@ def test_the_spend_a_report_shows_counts_calibration_grades_too() -> None:
 
 
 def test_the_header_warns_where_the_budget_cannot_hold(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A judge whose model has no rate is made and counted in tokens only: the budget
     cannot count it, and the header says so before any call (it said nothing)."""
@@ -399,6 +399,12 @@ def test_the_header_warns_where_the_budget_cannot_hold(
         assert (line in result.stdout.str()) is warned, result.stdout.str()
     result = pytester.runpytest("--bench=eu-ai-act", "--judge=openai:mystery-model", "--co")
     assert "cannot count" not in result.stdout.str()  # no budget, nothing to warn of
+    # a family named by its path, not --bench: the same warning (it said nothing)
+    judged_family(pytester, fake_llm, monkeypatch, 2)
+    result = pytester.runpytest(
+        "speed", "--judge=openai:mystery-model", "--agenteval-max-cost=1", "--collect-only"
+    )
+    result.stdout.fnmatch_lines([f"{line}mystery-model*"])
 
 
 PRICED_BY_WORKER = """
