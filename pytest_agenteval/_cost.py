@@ -9,10 +9,14 @@ never guessed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ._vocab import AgentevalError
@@ -179,6 +183,28 @@ class Budget:
         self._open: dict[str, int] = {}  # model -> its paid calls in flight
         self._priced: dict[str, tuple[float, int]] = {}  # model -> (dollars, calls) so far
         self._lock = threading.Lock()
+        #: what the records this process handed on (an xdist worker's reports) cost
+        self.handed = 0.0
+        #: paid calls cancelled in flight so far: (how many, usd at average, unpriced)
+        self._stopped: tuple[int, float, int] = (0, 0.0, 0)
+        #: an xdist worker's ledger of the two (see :class:`Ledger`)
+        self.ledger: Ledger | None = None
+
+    def hand_over(self, usd: float) -> None:
+        """A record this process handed on holds *usd* of what it spent."""
+        with self._lock:
+            self.handed += usd
+            self._note()
+
+    def account(self) -> tuple[float, float]:
+        """(spent, handed on)."""
+        with self._lock:
+            return self.spent, self.handed
+
+    def _note(self) -> None:
+        """The ledger's line, after each change (under the lock)."""
+        if self.ledger is not None:
+            self.ledger.write(self.spent, self.handed, *self._open_now())
 
     def expected(self, model: str | None) -> float:
         """What a call of *model* is expected to cost: its calls' average so far, else 0."""
@@ -221,15 +247,33 @@ class Budget:
         return bool(calls) and not dollars
 
     def open_calls(self) -> tuple[int, float, int]:
-        """The paid calls in flight: (how many, what the priced ones are expected to cost at
-        their models' averages, how many are of a model not priced yet). At the end of a
-        run: cancelled with it, or abandoned at the timeout and still running; no record
-        holds what they cost, and a provider may bill them."""
+        """The paid calls in flight, and those cancelled in flight so far: (how many, what
+        the priced ones are expected to cost at their models' averages, how many are of a
+        model not priced yet). At the end of a run: cancelled with it (-x, Ctrl-C, the
+        budget), or abandoned at the timeout and still running; no record holds what they
+        cost, and a provider may bill them."""
         with self._lock:
-            open_ = {m: n for m, n in self._open.items() if n > 0 and not self._free(m)}
-            unpriced = sum(n for model, n in open_.items() if not self._priced.get(model))
-            usd = sum(n * self.expected(model) for model, n in open_.items())
-            return sum(open_.values()), usd, unpriced
+            return self._open_now()
+
+    def _open_now(self) -> tuple[int, float, int]:
+        open_ = {m: n for m, n in self._open.items() if n > 0 and not self._free(m)}
+        unpriced = sum(n for model, n in open_.items() if not self._priced.get(model))
+        usd = sum(n * self.expected(model) for model, n in open_.items())
+        calls, was_usd, was_unpriced = self._stopped
+        return sum(open_.values()) + calls, usd + was_usd, unpriced + was_unpriced
+
+    def _cancelled(self, bill: Bill) -> None:
+        """A paid call cancelled in flight (before the run's end counts what is open): it
+        counts with those, at its model's average as it stands."""
+        with self._lock:
+            if bill.paid and not self._free(bill.model):
+                calls, usd, unpriced = self._stopped
+                priced = bool(self._priced.get(bill.model))
+                self._stopped = (
+                    calls + 1,
+                    usd + self.expected(bill.model),
+                    unpriced + (not priced),
+                )
 
     def reserve(self, model: str | None, *, paid: bool = True) -> Bill:
         """Before a call of *model*: counted in flight, or refused with
@@ -244,6 +288,7 @@ class Budget:
             with self._lock:
                 self.check(self.expected(key))
                 self._open[key] = self._open.get(key, 0) + 1
+                self._note()
         return Bill(self, key, paid)
 
     def charge(self, cost: Cost) -> None:
@@ -251,17 +296,18 @@ class Budget:
         if cost.usd:
             with self._lock:
                 self.spent += cost.usd
+                self._note()
 
     def _settle(self, bill: Bill, cost: Cost | None) -> None:
         with self._lock:
             if bill.paid:
                 self._open[bill.model] -= 1
-            if cost is None or cost.usd is None:  # failed, or a model without a rate
-                return
-            self.spent += cost.usd
-            if math.isfinite(cost.usd):
-                total, calls = self._priced.get(bill.model, (0.0, 0))
-                self._priced[bill.model] = (total + cost.usd, calls + 1)
+            if cost is not None and cost.usd is not None:  # else failed, or without a rate
+                self.spent += cost.usd
+                if math.isfinite(cost.usd):
+                    total, calls = self._priced.get(bill.model, (0.0, 0))
+                    self._priced[bill.model] = (total + cost.usd, calls + 1)
+            self._note()
 
 
 class Bill:
@@ -298,8 +344,14 @@ class Bill:
     def __enter__(self) -> Bill:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if not self._settled and kind is not None and issubclass(kind, _CANCELLED):
+            self.budget._cancelled(self)  # sent, maybe answered: a provider may bill it
         self.release()
+
+
+#: How a call in flight is stopped by the run (-x, Ctrl-C, the budget, the run's end).
+_CANCELLED = (asyncio.CancelledError, KeyboardInterrupt)
 
 
 def payload_usd(
@@ -322,6 +374,54 @@ def payload_usd(
     return grade_cost(meta, payload.get("judge"), rates).usd
 
 
+class Ledger:
+    """An xdist worker's account, kept in a small file the controller reads when the worker
+    ends without handing it over (it crashed, or Ctrl-C stopped the run): what it spent,
+    what its reports handed on, and its paid calls in flight (:meth:`Budget.open_calls`).
+
+    One fixed-size line, rewritten in place at every change (a system call; no fsync: the
+    controller reads it on the same host, and a worker killed mid-write leaves the old
+    line or the new one). A worker on another host (``--tx ssh=...``) finds no ledger
+    folder there and keeps none."""
+
+    SIZE = 128
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    @classmethod
+    def open(cls, path: str) -> Ledger | None:
+        """The ledger at *path*, or None when its folder is not on this host."""
+        where = Path(path)
+        if not where.parent.is_dir():
+            return None
+        try:
+            return cls(where)
+        except OSError:
+            return None
+
+    def write(self, spent: float, handed: float, calls: int, usd: float, unpriced: int) -> None:
+        line = f"{spent!r} {handed!r} {calls} {usd!r} {unpriced}\n".encode().ljust(self.SIZE)
+        with contextlib.suppress(OSError):  # a full disk: the account is then not known
+            os.pwrite(self.fd, line[: self.SIZE], 0)
+
+    @staticmethod
+    def read(path: Path) -> tuple[float, float, int, float, int] | None:
+        """(spent, handed, calls in flight, their usd at average, unpriced) as last written,
+        or None when there is no readable ledger."""
+        try:
+            fields = path.read_bytes().split()
+            spent, handed, usd = float(fields[0]), float(fields[1]), float(fields[3])
+            calls, unpriced = int(fields[2]), int(fields[4])
+        except (OSError, ValueError, IndexError):
+            return None
+        if len(fields) != 5 or not all(
+            math.isfinite(x) and x >= 0 for x in (spent, handed, usd, calls, unpriced)
+        ):
+            return None
+        return spent, handed, calls, usd, unpriced
+
+
 def unheld_usd(spent: float, held: float) -> float:
     """What a process's budget counted as spent beyond what its records hold (0 when no
     more than a float sum's noise: the two add the same costs in other orders)."""
@@ -331,6 +431,8 @@ def unheld_usd(spent: float, held: float) -> float:
 
 #: The key of a worker's budget in xdist's ``workerinput``.
 WORKER_BUDGET = "agenteval_budget"
+#: The key of a worker's ledger file in xdist's ``workerinput`` (see :class:`Ledger`).
+WORKER_LEDGER = "agenteval_ledger"
 
 
 class WorkerShares:

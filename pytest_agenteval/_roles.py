@@ -17,8 +17,11 @@ Both read the run's shared :class:`~pytest_agenteval._session.AgentevalState`
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
+import shutil
+import tempfile
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +30,7 @@ import pytest
 
 from ._collect import ScenarioItem, no_subject
 from ._collector import QuietCollector
-from ._cost import WORKER_BUDGET, payload_usd, unheld_usd
+from ._cost import WORKER_BUDGET, WORKER_LEDGER, payload_usd, unheld_usd
 from ._golden_items import CalibrationItem
 from ._grader import setup_error_text
 from ._run import MADE_AHEAD, made_ahead_fields
@@ -55,9 +58,6 @@ class GraderHooks:
         self.collector = collector
         #: an xdist worker's usage error at the end of collection (see below)
         self.refused: str | None = None
-        #: what the records this process's reports carry cost (made-ahead runs included):
-        #: at a worker's end, what its budget counted beyond it no record holds
-        self.handed_usd = 0.0
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -142,13 +142,13 @@ class GraderHooks:
         budget = self.state.scheduler.budget
         calls, usd, unpriced = budget.open_calls()
         # paid calls in flight, to be cancelled, and answered calls no record holds
-        answered = unheld_usd(budget.spent, self.handed_usd)
-        if calls or answered:
-            workeroutput[WORKER_UNRECORDED] = [calls, usd, unpriced, answered]
+        workeroutput[WORKER_UNRECORDED] = [calls, usd, unpriced, unheld_usd(*budget.account())]
 
     def _handed(self, *records: dict[str, Any]) -> None:
+        """What the records this worker hands on cost (made-ahead runs included): at its
+        end, what its budget counted beyond them no record holds."""
         for record in records:
-            self.handed_usd += payload_usd(record, self.state.rates) or 0.0
+            self.state.scheduler.budget.hand_over(payload_usd(record, self.state.rates) or 0.0)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -248,6 +248,12 @@ class AggregatorHooks:
         budget = self.state.worker_shares.assign(node.gateway.id, workers)
         if budget is not None:
             node.workerinput[WORKER_BUDGET] = budget
+        if self.state.ledger_dir is None:
+            self.state.ledger_dir = Path(tempfile.mkdtemp(prefix="agenteval-ledgers-"))
+            self.state.config.add_cleanup(
+                functools.partial(shutil.rmtree, self.state.ledger_dir, ignore_errors=True)
+            )
+        node.workerinput[WORKER_LEDGER] = str(self.state.ledger_dir / node.gateway.id)
 
     @pytest.hookimpl(optionalhook=True, wrapper=True)
     def pytest_xdist_make_scheduler(
@@ -288,6 +294,7 @@ class AggregatorHooks:
                 int(unpriced),
                 float(answered),
             )
+            self.state.accounted.add(worker)  # its ledger is not read again
         refused = output.get(WORKER_REFUSED)
         if isinstance(refused, str):  # a worker's usage error (see GraderHooks)
             self.state.stop_reason = WORKER_REFUSED

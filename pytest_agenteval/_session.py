@@ -29,7 +29,9 @@ from ._compat import is_agenteval_dir
 from ._cost import (
     DEFAULT_RATES,
     WORKER_BUDGET,
+    WORKER_LEDGER,
     Budget,
+    Ledger,
     WorkerShares,
     parse_rates,
     rate_of,
@@ -291,6 +293,12 @@ class AgentevalState:
         self.crashed_workers = 0
         self.crashed_in_flight = 0
         self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
+        if isinstance(workerinput.get(WORKER_LEDGER), str):
+            self.scheduler.budget.ledger = Ledger.open(workerinput[WORKER_LEDGER])
+        #: the controller's folder of its workers' ledgers, and the workers that handed over
+        #: their account as they finished (the others' ledgers are read at the end)
+        self.ledger_dir: Path | None = None
+        self.accounted: set[str] = set()
         if run.subject_timeout_given:  # provider and cmd: subjects time themselves
             self.scheduler.subject_timeout_s = run.subject_timeout_s
         self.subject_shared = False
@@ -377,6 +385,13 @@ class AgentevalState:
         for n, dollars, not_priced, paid in self.worker_unrecorded.values():
             calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
             answered += paid
+        for ledger in sorted(self.ledger_dir.iterdir()) if self.ledger_dir else ():
+            kept = None if ledger.name in self.accounted else Ledger.read(ledger)
+            if kept is not None:  # a worker that crashed, or was stopped with the run:
+                # what it spent beyond the records that reached this process
+                spent, _, n, dollars, not_priced = kept
+                calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
+                answered += unheld_usd(spent, self.worker_shares.spent.get(ledger.name, 0.0))
         if not calls and not self.crashed_workers and not answered:
             return None
         return {

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -512,6 +514,26 @@ def test_the_paid_calls_in_flight_are_counted_with_what_they_are_expected_to_cos
     assert budget.open_calls() == (0, 0.0, 0)  # nothing a provider could bill
 
 
+def test_a_paid_call_cancelled_in_flight_stays_counted_and_a_failed_one_does_not() -> None:
+    """A call the run cancels (-x, Ctrl-C, its end) was sent and may have been answered: it
+    still counts among those a provider may bill once it is no longer in flight (the old
+    count forgot it then); a call that failed was not billed."""
+    import asyncio
+
+    budget = Budget(None)
+    with budget.reserve("m") as bill:
+        bill.charge(Cost(usd=2.0, prompt_tokens=10, completion_tokens=0))
+    for stop in (asyncio.CancelledError, KeyboardInterrupt, RuntimeError):
+        with contextlib.suppress(stop), budget.reserve("m"):
+            raise stop()
+    with budget.reserve("new"), contextlib.suppress(asyncio.CancelledError):
+        raise asyncio.CancelledError  # suppressed inside: the call goes on, then is released
+    with contextlib.suppress(asyncio.CancelledError), budget.reserve("new"):
+        raise asyncio.CancelledError
+    assert budget.open_calls() == (3, 4.0, 1)  # two of m at $2, one of a model not priced
+    assert budget.spent == 2.0
+
+
 STOPS_AT_THE_THIRD = """\
 import re, time
 
@@ -718,6 +740,56 @@ def test_a_run_with_nothing_in_flight_at_its_end_says_nothing_of_it(
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     assert "unrecorded" not in json.loads(summary.read_text())["cost"]
     assert "a provider may bill" not in result.stdout.str()
+
+
+PAID_THEN_DIES = """\
+import os
+import pytest
+from pytest_agenteval._cost import Cost
+from pytest_agenteval._stash import STATE
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0":  # a paid answer no record holds,
+        budget = session.config.stash[STATE].scheduler.budget  # then a crash: no account
+        with budget.reserve("m") as bill:
+            bill.charge(Cost(usd=1.0, prompt_tokens=1000, completion_tokens=0))
+        os._exit(3)
+"""
+
+
+def test_what_a_crashed_worker_paid_beyond_its_reports_is_read_from_its_ledger(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies hands over no account; the ledger it kept (its spend and what its
+    reports held, rewritten at each change) still says what it paid beyond its reports:
+    $1 here, spent by a conftest just before the crash. The old code knew nothing of it."""
+    judged_family(pytester, fake_llm, monkeypatch, 10)
+    pytester.makeconftest(PAID_THEN_DIES)
+    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
+    result = pytester.runpytest_subprocess(
+        "speed", "-n", "2", "--subject=agent:answer", "--judge=openai:m"
+    )
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    cost = json.loads(summary.read_text())["cost"]
+    assert cost["total"]["usd"] == pytest.approx(10.0), result.stdout.str()
+    assert cost["unrecorded"]["usd_answered"] == pytest.approx(1.0), cost
+    assert cost["unrecorded"]["workers_crashed"] == 1, cost
+
+
+def test_a_ledger_keeps_the_last_account_and_refuses_what_is_not_one(tmp_path: Path) -> None:
+    from pytest_agenteval._cost import Ledger
+
+    ledger = Ledger.open(str(tmp_path / "gw0"))
+    assert ledger is not None
+    ledger.write(12.5, 0.1 + 0.2, 12, 1.5e-5, 3)
+    ledger.write(3.0, 1.0, 2, 0.5, 0)  # rewritten in place, shorter: the old line is gone
+    assert Ledger.read(tmp_path / "gw0") == (3.0, 1.0, 2, 0.5, 0)
+    assert Ledger.open(str(tmp_path / "elsewhere" / "gw1")) is None  # another host's folder
+    for junk in (b"", b"1.0 2.0", b"nan 1 0 0 0", b"1 -1 0 0 0", b"1 1 x 0 0", b"1 1 1 1 1 1"):
+        (tmp_path / "junk").write_bytes(junk)
+        assert Ledger.read(tmp_path / "junk") is None, junk
+    assert Ledger.read(tmp_path / "missing") is None
 
 
 IN_FLIGHT_THREE = """\
