@@ -448,8 +448,9 @@ class UnrecordedCalls(_Open):
     the same, so add them up once, not once per summary."""
 
     calls: int = Field(
-        description="paid calls in flight when the run ended: cancelled then (-x, Ctrl-C, "
-        "the budget), or abandoned at --subject-timeout and still running"
+        description="paid calls in flight when the run ended, or cancelled in flight before "
+        "(-x, Ctrl-C, the budget), or abandoned at --subject-timeout and still running; a "
+        "crashed or stopped xdist worker's by the ledger it kept"
     )
     usd_at_average: float = Field(
         description="what those calls are expected to cost, at what their models' calls "
