@@ -661,6 +661,25 @@ def test_a_paid_answer_whose_judging_a_stop_cancelled_is_said_beside_the_cost(
     )
 
 
+def twenty_under_two_workers(
+    pytester: pytest.Pytester,
+    fake_llm: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    conftest: str,
+) -> tuple[pytest.RunResult, dict[str, Any]]:
+    """20 scenarios ($1 a judge call) under -n 2 with *conftest*: the result, and
+    summary.json's cost."""
+    judged_family(pytester, fake_llm, monkeypatch, 20)
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
+    result = pytester.runpytest(
+        "speed", "-n", "2", "--subject=agent:answer", "--judge=openai:m", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=20)
+    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
+    return result, json.loads(summary.read_text())["cost"]
+
+
 PAID_AT_THE_END = """\
 import pytest
 from pytest_agenteval._cost import Cost
@@ -682,15 +701,7 @@ def test_under_xdist_each_workers_paid_answers_no_record_holds_reach_the_control
     it reported (made-ahead runs it handed over included): $1 each here, spent by a
     conftest at the worker's end (which answers a stopped run leaves unheld in a worker
     depends on timing); the records hold every other call exactly."""
-    judged_family(pytester, fake_llm, monkeypatch, 20)
-    pytester.makeconftest(PAID_AT_THE_END)
-    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
-    result = pytester.runpytest(
-        "speed", "-n", "2", "--subject=agent:answer", "--judge=openai:m", "-p", "no:randomly"
-    )
-    result.assert_outcomes(passed=20)
-    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
-    cost = json.loads(summary.read_text())["cost"]
+    result, cost = twenty_under_two_workers(pytester, fake_llm, monkeypatch, PAID_AT_THE_END)
     assert cost["total"]["usd"] == pytest.approx(20.0), cost
     assert cost["unrecorded"]["usd_answered"] == pytest.approx(2.0), cost
     assert cost["unrecorded"]["calls"] == 0, cost
@@ -715,15 +726,8 @@ def test_each_workers_calls_in_flight_at_its_end_reach_the_controller(
     """Under -n, each worker hands the controller the paid calls it still has in flight as
     it finishes (one each here, held open by a conftest: which calls a stopped run leaves
     in flight depends on timing), priced at that worker's average ($1)."""
-    judged_family(pytester, fake_llm, monkeypatch, 20)
-    pytester.makeconftest(HELD_AT_THE_END)
-    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
-    result = pytester.runpytest(
-        "speed", "-n", "2", "--subject=agent:answer", "--judge=openai:m", "-p", "no:randomly"
-    )
-    result.assert_outcomes(passed=20)
-    (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
-    unrecorded = json.loads(summary.read_text())["cost"]["unrecorded"]
+    result, cost = twenty_under_two_workers(pytester, fake_llm, monkeypatch, HELD_AT_THE_END)
+    unrecorded = cost["unrecorded"]
     assert (unrecorded["calls"], unrecorded["usd_at_average"]) == (2, 2.0), unrecorded
     result.stdout.fnmatch_lines(["not in the cost above, a provider may bill: 2 paid calls*"])
 
