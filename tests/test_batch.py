@@ -456,7 +456,8 @@ def test_a_failed_submission_keeps_the_batches_submitted_before_it(
     refuse = {"on": True}
 
     def patched(self: Any, req: RecordedRequest) -> tuple[int, Any]:
-        return (500, "fakellm: batch creation refused") if refuse["on"] else create(self, req)
+        # a refusal (400): no batch was created (a 5xx could have created one)
+        return (400, "fakellm: batch creation refused") if refuse["on"] else create(self, req)
 
     monkeypatch.setattr(fakellm.FakeBatches, "_anthropic_create", patched)
     judges = ["--judge=openai:gpt-4o-mini", "--judge=anthropic:claude-haiku-4-5"]
@@ -476,6 +477,49 @@ def test_a_failed_submission_keeps_the_batches_submitted_before_it(
     env.batch.behave(polls=0)
     golden.runpytest(*BATCH, *judges).assert_outcomes(passed=6)
     assert [b for b in env.batch.created if b.startswith("batch_")] == [openai_batch]
+
+
+@pytest.mark.parametrize("judge", ["openai:gpt-4o-mini", "anthropic:claude-haiku-4-5"])
+def test_a_create_call_answered_too_late_is_not_sent_again(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, judge: str
+) -> None:
+    """The provider creates the batch but answers after --judge-timeout. Neither SDK sends
+    an idempotency key, so its retry would create (and bill) a second batch: the create
+    call is sent once, and the run stops saying what to look for at the provider."""
+    import time
+
+    import fakellm
+
+    for name in ("_openai_create", "_anthropic_create"):
+        create = getattr(fakellm.FakeBatches, name)
+
+        def late(self: Any, req: RecordedRequest, create: Any = create) -> tuple[int, Any]:
+            out: tuple[int, Any] = create(self, req)
+            time.sleep(1.5)
+            return out
+
+        monkeypatch.setattr(fakellm.FakeBatches, name, late)
+    result = golden.runpytest(*BATCH, f"--judge={judge}", "--judge-timeout=0.5")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert len(env.batch.created) == 1, "the create call was sent again: two batches billed"
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    (run_dir,) = run_dirs(golden)
+    state = batch_json(run_dir)
+    (entry,) = state["batches"]
+    assert entry["batch_id"] is None and entry["status"] == "create_unconfirmed"
+    assert entry["create_error"].startswith("request timed out")
+    which = "with metadata agenteval_run=" if judge.startswith("openai") else "of 6 requests"
+    result.stdout.fnmatch_lines(
+        [
+            f"*creating the batch of {judge} failed after it was sent (request timed out*: the "
+            "provider may have created it anyway*Look at 127.0.0.1:* for a batch "
+            f"{which}* created at about *not submitted again*"
+        ]
+    )
+    if judge.startswith("openai"):  # the metadata named is the batch's at the provider
+        (batch,) = env.batch.batches.values()
+        assert batch.metadata["agenteval_run"] == state["run_id"][:64]
+        assert f"agenteval_run={state['run_id'][:64]} " in result.stdout.str()
 
 
 def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(

@@ -405,6 +405,10 @@ class Job:
     batch: object = None
     poll_failures: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: When the create call was sent; set with no batch id, the provider may hold a batch
+    #: this run cannot name (the call failed after it was sent)
+    create_attempted_at: str | None = None
+    create_error: str | None = None
 
     @property
     def total(self) -> int:
@@ -445,6 +449,7 @@ class Job:
             "submitted_at": self.submitted_at,
             "collected": self.collected,
             "resumed_from": self.resumed_from,
+            **({"create_error": self.create_error} if self.create_error else {}),
             "price_factor": PRICE_FACTOR,
             "lines": {
                 line.custom_id: {"nodeid": line.nodeid, "key": line.key, "nonce": line.nonce}
@@ -473,20 +478,27 @@ async def submit(job: Job) -> None:
     batch: object
     if isinstance(judge, OpenAIJudge):
         client = judge.conn.client()
+        # the SDK may retry the upload: a second copy of the file is not billed
         uploaded = await client.files.create(
             file=("agenteval-batch.jsonl", data, "application/jsonl"), purpose="batch"
         )
-        batch = await client.batches.create(
+        job.input_file_id = uploaded.id
+        job.create_attempted_at = _now()
+        # never retried: neither SDK sends an idempotency key, so a retry after a lost
+        # answer would create (and bill) a second batch
+        batch = await client.with_options(max_retries=0).batches.create(
             input_file_id=uploaded.id,
             endpoint=OPENAI_ENDPOINT,
             completion_window="24h",
             metadata={"agenteval_run": str(job.recorder.run_id)[:64], "family": job.family[:500]},
         )
-        job.input_file_id = uploaded.id
         job.batch_id = batch.id
     else:
         # each line's params are the request's own fields (checked by the API, not here)
-        create: Callable[..., Awaitable[MessageBatch]] = judge.conn.client().messages.batches.create
+        create: Callable[..., Awaitable[MessageBatch]] = (
+            judge.conn.client().with_options(max_retries=0).messages.batches.create
+        )
+        job.create_attempted_at = _now()
         created = await create(
             requests=[{"custom_id": line.custom_id, "params": line.body} for line in job.lines]
         )
@@ -1107,6 +1119,32 @@ def _sdk_error(state: AgentevalState, job: Job, exc: BaseException) -> BaseExcep
     return RuntimeError(str(translated))
 
 
+#: Failures of the create call after which the provider may hold the batch anyway: it was
+#: sent, and its answer was lost (a timeout, a dropped connection), a server error, or an
+#: answer the SDK could not read
+_MAYBE_CREATED = frozenset({"timeout", "connection", "server", "client"})
+
+
+def _unconfirmed(job: Job) -> str:
+    """Why the run stops when a batch may have been created without this run knowing its id."""
+    judge = job.judge
+    if judge.provider == "openai":
+        which = (
+            f"with metadata agenteval_run={str(job.recorder.run_id)[:64]} "
+            f"(input file {job.input_file_id})"
+        )
+    else:
+        which = f"of {job.total} requests"
+    return (
+        f"agenteval: batch judging: creating the batch of {judge.name} failed after it was "
+        f"sent ({job.create_error}): the provider may have created it anyway, and would bill "
+        f"it. Look at {judge.base_url_host} for a batch {which} created at about "
+        f"{job.create_attempted_at}, and cancel it there if it exists. It was not submitted "
+        "again (batch.json records the attempt); running the same command again submits a "
+        "new batch"
+    )
+
+
 def run_batch_phase(
     state: AgentevalState, session: pytest.Session, progress: Progress | None
 ) -> None:
@@ -1145,6 +1183,11 @@ def run_batch_phase(
         try:
             scheduler.run_coro(submit(job))
         except sdk_errors as exc:
+            failure = job.judge.conn.classify(exc, 1)
+            if job.create_attempted_at is not None and failure.kind in _MAYBE_CREATED:
+                job.status, job.create_error = "create_unconfirmed", failure.text
+                _save([j for j in jobs if j.batch_id is not None or j is job])
+                raise session.Interrupted(_unconfirmed(job)) from None
             error = _sdk_error(state, job, exc)
             _save([j for j in jobs if j.batch_id is not None])  # those submitted: resumable
             if isinstance(error, pytest.exit.Exception):
