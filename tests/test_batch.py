@@ -522,6 +522,47 @@ def test_a_create_call_answered_too_late_is_not_sent_again(
         assert f"agenteval_run={state['run_id'][:64]} " in result.stdout.str()
 
 
+@pytest.mark.parametrize(
+    ("judge", "counts"),
+    [
+        ("openai:gpt-4o-mini", {"completed": "n/a"}),
+        ("anthropic:claude-haiku-4-5", {"processing": "many"}),
+    ],
+)
+def test_request_counts_that_cannot_be_read_are_unknown_and_the_batch_is_kept(
+    golden: pytest.Pytester,
+    env: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    judge: str,
+    counts: dict[str, Any],
+) -> None:
+    """The provider's counts, odd from the create call's answer on, are recorded as unknown:
+    the run does not crash after the batch is paid for, batch.json names the batch, and the
+    same command collects it instead of paying again."""
+    import fakellm
+
+    for name in ("_openai_view", "_anthropic_view"):
+        view = getattr(fakellm.FakeBatches, name)
+
+        def odd(*args: Any, view: Any = view, **kwargs: Any) -> dict[str, Any]:
+            out: dict[str, Any] = view(*args, **kwargs)
+            out["request_counts"] = {**out["request_counts"], **counts}
+            return out
+
+        monkeypatch.setattr(fakellm.FakeBatches, name, odd)
+    env.batch.behave(polls=10_000)
+    first = golden.runpytest(*BATCH, f"--judge={judge}", "--judge-batch-wait=0")
+    assert first.ret == pytest.ExitCode.INTERRUPTED
+    assert "INTERNALERROR" not in first.stdout.str() + first.stderr.str()
+    (pending,) = run_dirs(golden)
+    (batch_id,) = env.batch.created
+    (entry,) = batch_json(pending)["batches"]
+    assert entry["batch_id"] == batch_id and entry["request_counts"]["done"] is None
+    env.batch.batches[batch_id].polls_left = 0
+    golden.runpytest(*BATCH, f"--judge={judge}").assert_outcomes(passed=6)
+    assert env.batch.created == [batch_id], "no second batch is paid for"
+
+
 def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(
     golden: pytest.Pytester, env: FakeLLMServer
 ) -> None:

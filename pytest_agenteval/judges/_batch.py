@@ -395,8 +395,9 @@ class Job:
     batch_id: str | None = None
     input_file_id: str | None = None
     status: str = "new"
-    done: int = 0
-    failed: int = 0
+    #: The provider's counts of lines answered and failed; None when it gave none we can read
+    done: int | None = 0
+    failed: int | None = 0
     submitted_at: str | None = None
     resumed_from: JSONObject | None = None
     collected: bool = False
@@ -470,7 +471,9 @@ def write_batch_json(recorder: RunRecorder, jobs: Sequence[Job]) -> None:
     )
 
 
-async def submit(job: Job) -> None:
+async def submit(job: Job) -> object:
+    """Create the batch; its id is taken, nothing else (the caller records the id before
+    the rest of the provider's answer is read). Returns that answer."""
     from ._llm import OpenAIJudge
 
     judge = job.judge
@@ -492,20 +495,28 @@ async def submit(job: Job) -> None:
             completion_window="24h",
             metadata={"agenteval_run": str(job.recorder.run_id)[:64], "family": job.family[:500]},
         )
-        job.batch_id = batch.id
     else:
         # each line's params are the request's own fields (checked by the API, not here)
         create: Callable[..., Awaitable[MessageBatch]] = (
             judge.conn.client().with_options(max_retries=0).messages.batches.create
         )
         job.create_attempted_at = _now()
-        created = await create(
+        batch = await create(
             requests=[{"custom_id": line.custom_id, "params": line.body} for line in job.lines]
         )
-        job.batch_id = created.id
-        batch = created
-    job.submitted_at = _now()
-    _note(job, batch)
+    batch_id = getattr(batch, "id", None)
+    if isinstance(batch_id, str) and batch_id:
+        job.batch_id, job.status, job.submitted_at = batch_id, "submitted", _now()
+    return batch
+
+
+def _request_count(counts: object, name: str) -> int | None:
+    """One of the provider's request counts; None (unknown) unless a whole number >= 0:
+    the SDKs do not validate what the server sent."""
+    value = getattr(counts, name, None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def _note(job: Job, batch: object) -> None:
@@ -514,17 +525,18 @@ def _note(job: Job, batch: object) -> None:
     counts = getattr(batch, "request_counts", None)
     if job.judge.provider == "openai":
         job.status = str(getattr(batch, "status", ""))
-        job.done = int(getattr(counts, "completed", 0) or 0) + int(
-            getattr(counts, "failed", 0) or 0
-        )
-        job.failed = int(getattr(counts, "failed", 0) or 0)
+        completed, failed = _request_count(counts, "completed"), _request_count(counts, "failed")
+        job.done = None if completed is None or failed is None else completed + failed
+        job.failed = failed
     else:
         job.status = str(getattr(batch, "processing_status", ""))
-        processing = int(getattr(counts, "processing", 0) or 0)
-        job.done = job.total - processing if job.status != "ended" else job.total
-        job.failed = sum(
-            int(getattr(counts, name, 0) or 0) for name in ("errored", "canceled", "expired")
-        )
+        processing = _request_count(counts, "processing")
+        if job.status == "ended":
+            job.done = job.total
+        else:
+            job.done = None if processing is None else max(0, job.total - processing)
+        ended = [_request_count(counts, name) for name in ("errored", "canceled", "expired")]
+        job.failed = None if None in ended else sum(n or 0 for n in ended)
 
 
 async def refresh(job: Job) -> None:
@@ -1091,7 +1103,7 @@ def _show(progress: Progress | None, jobs: Sequence[Job]) -> None:
     plural = "es" if len(jobs) > 1 else ""
     progress.set_batch(
         f"batch{plural} of {judges}: {states}",
-        sum(job.done for job in jobs),
+        sum(job.done or 0 for job in jobs),
         sum(job.total for job in jobs),
     )
 
@@ -1181,7 +1193,7 @@ def run_batch_phase(
                 continue
             _say(state, f"agenteval: batch judging: not resuming {run_dir.name}: {problem}")
         try:
-            scheduler.run_coro(submit(job))
+            batch = scheduler.run_coro(submit(job))
         except sdk_errors as exc:
             failure = job.judge.conn.classify(exc, 1)
             if job.create_attempted_at is not None and failure.kind in _MAYBE_CREATED:
@@ -1197,7 +1209,13 @@ def run_batch_phase(
                 f"{error}; the batches submitted before it are kept in batch.json: run the "
                 "same command again to resume them"
             ) from None
-        _save([j for j in jobs if j.batch_id is not None])  # at once: a batch is paid for
+        if job.batch_id is None:  # created, but this run cannot name it
+            job.status, job.create_error = "create_unconfirmed", "the answer names no batch id"
+            _save([j for j in jobs if j.batch_id is not None or j is job])
+            raise session.Interrupted(_unconfirmed(job))
+        # at once, before the rest of the answer is read: the batch is paid for
+        _save([j for j in jobs if j.batch_id is not None])
+        _note(job, batch)
         _say(
             state,
             f"agenteval: batch judging: submitted {job.total} requests to {job.judge.name} as "
