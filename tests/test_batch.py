@@ -563,6 +563,71 @@ def test_request_counts_that_cannot_be_read_are_unknown_and_the_batch_is_kept(
     assert env.batch.created == [batch_id], "no second batch is paid for"
 
 
+def _failed_downloads(monkeypatch: pytest.MonkeyPatch, status: int) -> dict[str, bool]:
+    """The fake answers *status* to downloads of batch results (OpenAI's output files,
+    Anthropic's results) while the returned switch is on."""
+    import fakellm
+
+    fail = {"on": True}
+    content, results = fakellm.FakeBatches._content, fakellm.FakeBatches._anthropic_results
+
+    def failed_content(self: Any, fid: str) -> tuple[int, Any]:
+        if fail["on"] and self.files.get(fid, {}).get("purpose") == "batch_output":
+            return status, "fakellm: output file unavailable"
+        return content(self, fid)
+
+    def failed_results(self: Any, bid: str) -> tuple[int, Any]:
+        return (status, "fakellm: results unavailable") if fail["on"] else results(self, bid)
+
+    monkeypatch.setattr(fakellm.FakeBatches, "_content", failed_content)
+    monkeypatch.setattr(fakellm.FakeBatches, "_anthropic_results", failed_results)
+    return fail
+
+
+@pytest.mark.parametrize("judge", ["openai:gpt-4o-mini", "anthropic:claude-haiku-4-5"])
+def test_results_the_provider_no_longer_has_are_item_errors_and_never_resumed(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, judge: str
+) -> None:
+    """An ended batch whose results are gone (404: an expired output file): each entry is an
+    item ERROR naming why, the run ends normally, and batch.json says the batch is lost,
+    so no later run resumes it only to fail the same way; the next run pays for a new one."""
+    _failed_downloads(monkeypatch, 404)
+    first = golden.runpytest(*BATCH, f"--judge={judge}")
+    first.assert_outcomes(errors=6)
+    what = "output file file-* is" if judge.startswith("openai") else "results are"
+    first.stdout.fnmatch_lines(
+        [f"*cal-0: judge error*its {what} no longer at the provider (404)*submits a new one*"]
+    )
+    assert "INTERNALERROR" not in first.stdout.str() + first.stderr.str()
+    (run_dir,) = run_dirs(golden)
+    assert verify_run(run_dir).complete
+    assert "no longer at the provider" in batch_json(run_dir)["batches"][0]["lost"]
+
+    second = golden.runpytest(*BATCH, f"--judge={judge}")
+    second.assert_outcomes(errors=6)
+    assert len(env.batch.created) == 2
+
+
+@pytest.mark.parametrize("judge", ["openai:gpt-4o-mini", "anthropic:claude-haiku-4-5"])
+def test_a_download_that_fails_stops_the_run_and_the_same_command_collects_it(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, judge: str
+) -> None:
+    """A server error downloading the results: the run stops (exit 2) as a run whose polls
+    fail does, the batch kept in batch.json; running again collects it, paying nothing more."""
+    fail = _failed_downloads(monkeypatch, 500)
+    first = golden.runpytest(*BATCH, f"--judge={judge}", "--judge-max-retries=0")
+    assert first.ret == pytest.ExitCode.INTERRUPTED
+    first.stdout.fnmatch_lines(
+        ["*downloading the results of batch * failed: *500*run the same command again*"]
+    )
+    assert "INTERNALERROR" not in first.stdout.str() + first.stderr.str()
+    (pending,) = run_dirs(golden)
+    assert batch_json(pending)["batches"][0]["collected"] is False
+    fail["on"] = False
+    golden.runpytest(*BATCH, f"--judge={judge}").assert_outcomes(passed=6)
+    assert len(env.batch.created) == 1
+
+
 def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(
     golden: pytest.Pytester, env: FakeLLMServer
 ) -> None:

@@ -410,6 +410,8 @@ class Job:
     #: this run cannot name (the call failed after it was sent)
     create_attempted_at: str | None = None
     create_error: str | None = None
+    #: Why the batch's results cannot be had any more (the provider no longer has them)
+    lost: str | None = None
 
     @property
     def total(self) -> int:
@@ -451,6 +453,7 @@ class Job:
             "collected": self.collected,
             "resumed_from": self.resumed_from,
             **({"create_error": self.create_error} if self.create_error else {}),
+            **({"lost": self.lost} if self.lost else {}),
             "price_factor": PRICE_FACTOR,
             "lines": {
                 line.custom_id: {"nodeid": line.nodeid, "key": line.key, "nonce": line.nonce}
@@ -720,8 +723,27 @@ async def _read_file(client: AsyncOpenAI, file_id: str | None) -> list[str]:
     return [ln for ln in bytes(data).decode("utf-8", "replace").splitlines() if ln.strip()]
 
 
+class _BrokenOff(AgentevalError):
+    """The download of a batch's results broke off (not an SDK error: the stream is read raw)."""
+
+
+def _gone_status(job: Job, exc: BaseException) -> int | None:
+    """404 or 410 when *exc* says the provider no longer has what was asked for, else None."""
+    status = job.judge.conn.classify(exc, 1).status
+    return status if status in (404, 410) else None
+
+
+def _lose(job: Job, why: str) -> None:
+    """The batch's results cannot be had any more: its lines without one are item errors,
+    and batch.json says so, so that no later run resumes it only to fail the same way."""
+    job.lost = why if job.lost is None else f"{job.lost}; {why}"
+
+
 async def collect(job: Job) -> dict[str, Outcome | _Reask]:
-    """custom_id -> outcome (Grade, LLMJudgeError or _Reask) for every line of an ended batch."""
+    """custom_id -> outcome (Grade, LLMJudgeError or _Reask) for every line of an ended batch.
+
+    Results the provider no longer has (404, 410) make the lines without one item errors;
+    any other failure to download them is raised (the run stops, resumable)."""
     from ._llm import OpenAIJudge
 
     by_id = {line.custom_id: line for line in job.lines}
@@ -729,11 +751,20 @@ async def collect(job: Job) -> dict[str, Outcome | _Reask]:
     seen: dict[str, object] = {}  # custom_id -> its first line, parsed
     unreadable = 0
     judge = job.judge
-    if isinstance(judge, OpenAIJudge):
+    if job.lost is not None:
+        pass  # nothing left to download
+    elif isinstance(judge, OpenAIJudge):
         client = judge.conn.client()
-        batch = job.batch
-        raws = await _read_file(client, getattr(batch, "output_file_id", None))
-        raws += await _read_file(client, getattr(batch, "error_file_id", None))
+        raws: list[str] = []
+        for what in ("output", "error"):
+            file_id = getattr(job.batch, f"{what}_file_id", None)
+            try:
+                raws += await _read_file(client, file_id)
+            except judge.conn.api_error as exc:
+                status = _gone_status(job, exc)
+                if status is None:
+                    raise
+                _lose(job, f"its {what} file {file_id} is no longer at the provider ({status})")
         for raw in raws:
             try:
                 obj = json.loads(raw)
@@ -747,9 +778,44 @@ async def collect(job: Job) -> dict[str, Outcome | _Reask]:
             if line is not None and _first(job, line, out, seen, obj):
                 out[line.custom_id] = openai_outcome(job, line, obj)
     else:
-        assert job.batch_id is not None, "an ended batch was submitted"
+        unreadable = await _anthropic_results(job, by_id, out, seen)
+    why = _batch_failure(job) or "no result for this request"
+    if job.lost is not None:
+        why = f"{job.lost}; the batch is not resumed: running again submits a new one"
+    if unreadable:
+        why += f"; {unreadable} line(s) of the batch's results could not be read"
+    for line in job.lines:
+        if line.custom_id not in out:
+            out[line.custom_id] = _problem_error(
+                f"judge batch {job.batch_id}: {why} (batch {job.status})", _details(job, line)
+            )
+    return out
+
+
+async def _anthropic_results(
+    job: Job, by_id: dict[str, Line], out: dict[str, Outcome | _Reask], seen: dict[str, object]
+) -> int:
+    """Read an ended Anthropic batch's results into *out*; how many lines could not be read."""
+    import anthropic
+
+    from ._llm import AnthropicJudge
+
+    judge = job.judge
+    assert isinstance(judge, AnthropicJudge) and job.batch_id is not None, "an ended batch"
+    unreadable = 0
+    try:
         results = await judge.conn.client().messages.batches.results(job.batch_id)
-        response = getattr(results, "http_response", None)
+    except judge.conn.api_error as exc:
+        status = _gone_status(job, exc)
+        if status is None:
+            raise
+        _lose(job, f"its results are no longer at the provider ({status})")
+        return 0
+    except anthropic.AnthropicError:  # the SDK's own check: the batch names no results URL
+        _lose(job, "the provider names no results for it")
+        return 0
+    response = getattr(results, "http_response", None)
+    try:  # the SDK reads this stream; what breaks it is the HTTP library's error, not the SDK's
         if response is None:  # an SDK without the raw response: its (lenient) parse
             async for entry in results:
                 unreadable += _take_anthropic(job, by_id, out, seen, entry.to_json().encode())
@@ -761,15 +827,20 @@ async def collect(job: Job) -> dict[str, Outcome | _Reask]:
                 for raw in complete:
                     unreadable += _take_anthropic(job, by_id, out, seen, raw)
             unreadable += _take_anthropic(job, by_id, out, seen, buffer)
-    why = _batch_failure(job) or "no result for this request"
-    if unreadable:
-        why += f"; {unreadable} line(s) of the batch's results could not be read"
-    for line in job.lines:
-        if line.custom_id not in out:
-            out[line.custom_id] = _problem_error(
-                f"judge batch {job.batch_id}: {why} (batch {job.status})", _details(job, line)
-            )
-    return out
+    except _http_errors(response) as exc:
+        raise _BrokenOff(f"the download broke off ({type(exc).__name__})") from None
+    return unreadable
+
+
+def _http_errors(response: object) -> tuple[type[BaseException], ...]:
+    """The base error of the HTTP library *response* comes from (httpx; httpx2 in newer SDKs)."""
+    import importlib
+
+    if response is None:
+        return ()
+    module = importlib.import_module(type(response).__module__.split(".")[0])
+    error = getattr(module, "HTTPError", None)
+    return (error,) if isinstance(error, type) and issubclass(error, Exception) else ()
 
 
 def _first(
@@ -958,6 +1029,9 @@ async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
     """Take over the batch of an earlier run; a reason when it cannot be (then it is not)."""
     from ._llm import OpenAIJudge
 
+    lost = entry.get("lost")
+    if isinstance(lost, str):
+        return f"batch {entry['batch_id']}: {lost}"
     stored = entry.get("lines")
     if not isinstance(stored, dict):
         return "no lines recorded"
@@ -1228,8 +1302,21 @@ def run_batch_phase(
     reasks: list[_Reask] = []
     from ._base import Grade
 
+    download_errors: tuple[type[BaseException], ...] = (_BrokenOff, *sdk_errors)
     for job in jobs:
-        for custom_id, outcome in scheduler.run_coro(collect(job)).items():
+        try:
+            collected = scheduler.run_coro(collect(job))
+        except download_errors as exc:  # results gone (404) are item errors, not this
+            _save(jobs)
+            error = exc if isinstance(exc, _BrokenOff) else _sdk_error(state, job, exc)
+            if isinstance(error, pytest.exit.Exception):
+                raise error from None
+            raise session.Interrupted(
+                f"agenteval: batch judging: downloading the results of batch {job.batch_id} "
+                f"failed: {error}; the batch is kept in batch.json: run the same command again "
+                "to collect it"
+            ) from None
+        for custom_id, outcome in collected.items():
             line = next(ln for ln in job.lines if ln.custom_id == custom_id)
             graded = outcomes.setdefault(line.nodeid, {})
             if isinstance(outcome, _Reask):
