@@ -628,6 +628,66 @@ def test_a_download_that_fails_stops_the_run_and_the_same_command_collects_it(
     assert len(env.batch.created) == 1
 
 
+@pytest.mark.parametrize(
+    ("judge", "gone"),
+    [
+        ("openai:gpt-4o-mini", "batch"),
+        ("openai:gpt-4o-mini", "input file"),
+        ("anthropic:claude-haiku-4-5", "batch"),
+    ],
+)
+def test_a_pending_batch_the_provider_no_longer_has_is_not_resumed_saying_so(
+    golden: pytest.Pytester, env: FakeLLMServer, judge: str, gone: str
+) -> None:
+    """A 404 on the recorded batch (or OpenAI's input file) while resuming is that batch gone,
+    not a server without a batch API: a new batch is submitted, saying why."""
+    env.batch.behave(polls=10_000)
+    golden.runpytest(*BATCH, f"--judge={judge}", "--judge-batch-wait=0")
+    (batch_id,) = env.batch.created
+    if gone == "batch":
+        del env.batch.batches[batch_id]
+    else:
+        del env.batch.files[str(env.batch.batches[batch_id].input_file_id)]
+    env.batch.behave(polls=0)
+    result = golden.runpytest(*BATCH, f"--judge={judge}")
+    result.assert_outcomes(passed=6)
+    said = f"batch {batch_id} is" if gone == "batch" else "its input file file-* is"
+    result.stdout.fnmatch_lines([f"*not resuming *: {said} no longer at the provider (404)*"])
+    assert "no batch API" not in result.stdout.str()
+    assert len([b for b in env.batch.created if b != batch_id]) == 1  # the new batch
+    summary = json.loads((run_dirs(golden)[-1] / "summary.json").read_text())
+    assert not summary.get("stop_reason")
+
+
+@pytest.mark.parametrize("judge", ["openai:gpt-4o-mini", "anthropic:claude-haiku-4-5"])
+def test_a_batch_gone_while_polled_errs_its_items_saying_so(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, judge: str
+) -> None:
+    """The batch disappears (404) while the run polls it: its entries are item errors saying
+    the batch is gone, not a configuration error about a server without a batch API."""
+    import fakellm
+
+    polled = {"n": 0}
+    for name in ("_openai_batch", "_anthropic_batch"):
+        retrieve = getattr(fakellm.FakeBatches, name)
+
+        def gone_later(self: Any, bid: str, *args: Any, retrieve: Any = retrieve) -> Any:
+            polled["n"] += 1
+            return (
+                (404, f"fakellm: no batch {bid}") if polled["n"] > 2 else retrieve(self, bid, *args)
+            )
+
+        monkeypatch.setattr(fakellm.FakeBatches, name, gone_later)
+    env.batch.behave(polls=10_000)
+    result = golden.runpytest(*BATCH, f"--judge={judge}")
+    result.assert_outcomes(errors=6)
+    result.stdout.fnmatch_lines(
+        ["*cal-0: judge error*the provider no longer has this batch (404 when polled)*"]
+    )
+    assert "no batch API" not in result.stdout.str()
+    assert "no longer has this batch" in batch_json(run_dirs(golden)[-1])["batches"][0]["lost"]
+
+
 def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(
     golden: pytest.Pytester, env: FakeLLMServer
 ) -> None:

@@ -430,6 +430,8 @@ class Job:
 
     @property
     def ended(self) -> bool:
+        if self.lost is not None:
+            return True
         if self.judge.provider == "openai":
             return self.status in _OPENAI_ENDED
         return self.status == "ended"
@@ -1048,25 +1050,49 @@ async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
     if hashlib.sha256(data).hexdigest() != entry.get("input_sha256"):
         return "the requests this run would send differ from those submitted"
     judge = job.judge
+    batch_id = str(entry["batch_id"])
+    batch: object
+    # a 404 here is what the provider no longer has (this endpoint had the batch API):
+    # not resumed, saying so; any other failure is raised
     if isinstance(judge, OpenAIJudge):
         file_id = entry.get("input_file_id")
         if not isinstance(file_id, str):
             return "no input file recorded"
-        content = await judge.conn.client().files.content(file_id)
+        try:
+            content = await judge.conn.client().files.content(file_id)
+        except judge.conn.api_error as exc:
+            if (status := _gone_status(job, exc)) is None:
+                raise
+            return (
+                f"its input file {file_id} is no longer at the provider ({status}), so "
+                f"that batch {batch_id} holds these requests cannot be checked"
+            )
         sent = content.content if hasattr(content, "content") else await content.aread()
         if hashlib.sha256(bytes(sent)).hexdigest() != hashlib.sha256(data).hexdigest():
             return "the provider's input file is not the requests this run would send"
-        batch = await judge.conn.client().batches.retrieve(str(entry["batch_id"]))
+        try:
+            batch = await judge.conn.client().batches.retrieve(batch_id)
+        except judge.conn.api_error as exc:
+            if (status := _gone_status(job, exc)) is None:
+                raise
+            return f"batch {batch_id} is no longer at the provider ({status})"
         if getattr(batch, "input_file_id", None) != file_id:
-            return f"batch {entry['batch_id']} was not made from the recorded input file"
+            return f"batch {batch_id} was not made from the recorded input file"
         job.input_file_id = file_id
+    else:
+        try:
+            batch = await judge.conn.client().messages.batches.retrieve(batch_id)
+        except judge.conn.api_error as exc:
+            if (status := _gone_status(job, exc)) is None:
+                raise
+            return f"batch {batch_id} is no longer at the provider ({status})"
     job.lines = renewed
-    job.batch_id = str(entry["batch_id"])
+    job.batch_id = batch_id
     submitted = entry.get("submitted_at")
     job.submitted_at = submitted if isinstance(submitted, str) else None
     run_id = (_read_batch_json(run_dir) or {}).get("run_id")
     job.resumed_from = {"run_dir": run_dir.name, "run_id": run_id, "batch_id": job.batch_id}
-    await refresh(job)
+    _note(job, batch)
     return None
 
 
@@ -1187,7 +1213,9 @@ def _sdk_error(state: AgentevalState, job: Job, exc: BaseException) -> BaseExcep
     from ._llm import JudgeConfigError
 
     failure = job.judge.conn.classify(exc, 1)
-    if failure.status in (404, 405):  # a server without the batch endpoints, not a lost model
+    # a server without the batch endpoints, not a lost model (the callers that ask for a
+    # batch or file known to exist read a 404 as that one being gone, before this)
+    if failure.status in (404, 405):
         state.stop_reason = "configuration error: no batch API"
         return pytest.exit.Exception(
             f"agenteval configuration error: --judge-batch: judge {job.judge.name}: the server "
@@ -1257,7 +1285,16 @@ def run_batch_phase(
             try:
                 problem = scheduler.run_coro(resume(job, run_dir, entry)) or ""
             except sdk_errors as exc:
-                problem = str(_sdk_error(state, job, exc))
+                # the earlier batch may be fine: a new one now could pay for it twice
+                error = _sdk_error(state, job, exc)
+                _save([j for j in jobs if j.batch_id is not None])
+                if isinstance(error, pytest.exit.Exception):
+                    raise error from None
+                raise session.Interrupted(
+                    f"agenteval: batch judging: checking the batch of {job.judge.name} in the "
+                    f"earlier run {run_dir.name} failed: {error}; no new batch was submitted "
+                    "for it: run the same command again to resume it"
+                ) from None
             if not problem:
                 _say(
                     state,
@@ -1407,6 +1444,11 @@ def _wait(
                 state.scheduler.run_coro(refresh(job))
                 job.poll_failures = 0
             except sdk_errors as exc:
+                status = _gone_status(job, exc)
+                if status is not None:  # it was there: the batch is gone, not the batch API
+                    _lose(job, f"the provider no longer has this batch ({status} when polled)")
+                    changed = True
+                    continue
                 job.poll_failures += 1
                 error = _sdk_error(state, job, exc)
                 if isinstance(error, pytest.exit.Exception) or (
