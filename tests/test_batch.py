@@ -270,6 +270,44 @@ def test_duplicate_keys_in_an_anthropic_tool_input_are_caught(
     assert len(live_calls(env)) == 1  # its one re-ask
 
 
+def test_two_anthropic_tool_blocks_sharing_an_id_grade_as_a_live_grade_does(
+    golden: pytest.Pytester, env: FakeLLMServer
+) -> None:
+    """Another tool's block (grade 5) then record_grade's (95), both with one id: the batch
+    reads the block a live grade reads (record_grade's, by position), so both grade 95."""
+
+    def handler(req: RecordedRequest) -> Reply:
+        if "number 0" not in json.dumps(req.body):
+            return grader(req)
+        blocks = [
+            {"type": "tool_use", "id": "toolu_1", "name": name, "input": _grade(req, score)}
+            for name, score in (("scratchpad", 5), ("record_grade", 95))
+        ]
+        message = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": str(req.model),
+            "content": blocks,
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 100, "output_tokens": 20},
+        }
+        return Reply.raw(200, json.dumps(message))
+
+    env.set_handler(handler)
+    judge = "--judge=anthropic:claude-haiku-4-5"
+    golden.runpytest("-m", "calibration", "--calibration-min-n=6", judge)
+    golden.runpytest(*BATCH, judge).assert_outcomes(passed=6)
+    assert len(env.batch.created) == 1
+    live, batched = (
+        next(r for r in records(d) if r["scenario_id"] == "cal-0") for d in run_dirs(golden)
+    )
+    assert "batch" not in live["judge_meta"] and "batch" in batched["judge_meta"]
+    assert live["score"] == batched["score"] == pytest.approx(0.95)
+    assert live["judge_meta"]["raw_response"] == batched["judge_meta"]["raw_response"]
+
+
 def _anthropic_tool_message(req: RecordedRequest, tool_input_json: str) -> str:
     return (
         '{"id": "msg_1", "type": "message", "role": "assistant", "model": "'

@@ -55,7 +55,6 @@ batch; batch grades are charged to the cost when their results arrive.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -677,7 +676,7 @@ def openai_outcome(job: Job, line: Line, obj: object) -> Outcome | _Reask:
 def anthropic_outcome(job: Job, line: Line, raw: str) -> Outcome | _Reask:
     """One line of Anthropic's results -> a Grade, an LLMJudgeError or a re-ask."""
     from .._providers import token_usage
-    from ._llm import _DECODER, TOOL_NAME, AnthropicJudge, _Failure, _raw_json
+    from ._llm import _DECODER, TOOL_NAME, AnthropicJudge, _Failure
 
     judge = job.judge
     assert isinstance(judge, AnthropicJudge), "an Anthropic batch's line"
@@ -702,18 +701,12 @@ def anthropic_outcome(job: Job, line: Line, raw: str) -> Outcome | _Reask:
         return _problem_error("judge batch line unreadable (not a message)", details)
     p, c = token_usage(judge.conn.provider, msg.usage)
     _usage(details, p, c)
-    try:
-        reply = judge._reply(("", msg), line.mode, TOOL_NAME)
+    try:  # the tool input read strictly from the line, as a live grade reads its body
+        reply = judge.message_reply(
+            msg, line.mode, TOOL_NAME, lambda: _DECODER.decode(raw)["result"]["message"]
+        )
     except _Failure as failure:
         return _problem_error(str(failure), details)
-    if reply.has_tool:  # the tool input read strictly from the line: NaN, duplicate keys kept
-        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError, RecursionError):
-            blocks = _DECODER.decode(raw)["result"]["message"]["content"]
-            for block in blocks:
-                if block.get("type") == "tool_use" and block.get("id") == reply.tool_id:
-                    reply.tool_input = block["input"]
-                    reply.raw = _raw_json(reply.tool_input)
-                    break
     return _held_to_contract(job, line, reply, details)
 
 

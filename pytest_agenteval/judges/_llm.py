@@ -1587,6 +1587,14 @@ class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, Message]"]):
 
     def _reply(self, response: tuple[str, Message], mode: str, tool_name: str) -> _Reply:
         body, msg = response
+        return self.message_reply(msg, mode, tool_name, lambda: _DECODER.decode(body))
+
+    def message_reply(
+        self, msg: Message, mode: str, tool_name: str, strict: Callable[[], object]
+    ) -> _Reply:
+        """The reply in *msg*, for a live grade and a batch line alike (one rule for which
+        tool block is the grade). *strict* parses the message's raw JSON strictly (the
+        response body; a batch's results line), to read the tool input from it."""
         stop = getattr(msg, "stop_reason", None)
         if stop in ("max_tokens", "model_context_window_exceeded"):
             raise _Failure(f"judge output truncated (stop_reason={stop})")
@@ -1604,17 +1612,20 @@ class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, Message]"]):
             if block.type == "tool_use" and block.name == tool_name:
                 reply.has_tool = True
                 reply.tool_id = block.id
-                reply.tool_input = self._strict_tool_input(body, i, block.input)
+                reply.tool_input = self._strict_tool_input(strict, i, block.input)
                 reply.raw = _raw_json(reply.tool_input)
                 break
         return reply
 
     @staticmethod
-    def _strict_tool_input(body: str, index: int, fallback: object) -> object:
-        """The tool input re-parsed strictly from the raw body (NaN, duplicate keys kept)."""
+    def _strict_tool_input(strict: Callable[[], object], index: int, fallback: object) -> object:
+        """The input of the message's *index*-th block, re-parsed strictly (NaN, duplicate
+        keys kept); by position, not by id: ids are not promised unique in an answer."""
         try:
-            doc = _DECODER.decode(body)
-            return doc["content"][index]["input"]
+            doc = strict()
+            blocks = doc.get("content") if isinstance(doc, dict) else None
+            block = blocks[index] if isinstance(blocks, list) else None
+            return block["input"] if isinstance(block, dict) else fallback
         except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             return fallback
 
