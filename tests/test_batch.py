@@ -726,6 +726,41 @@ def test_a_batch_gone_while_polled_errs_its_items_saying_so(
     assert "no longer has this batch" in batch_json(run_dirs(golden)[-1])["batches"][0]["lost"]
 
 
+@pytest.mark.parametrize("what", ["poll", "download"])
+def test_an_answer_that_trickles_in_is_bounded_by_the_judge_deadline(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    """A status poll or results download answered 10 bytes every half second never trips the
+    SDK's read timeout (each chunk restarts it): each batch call is bounded by
+    --judge-deadline, so the run stops within seconds, resumable, not after minutes."""
+    import time
+
+    import fakellm
+
+    reply = fakellm.FakeBatches._reply
+    path = r".*/v1/batches/[^/]+" if what == "poll" else r".*/v1/files/[^/]+/content"
+
+    def trickled(self: Any, h: Any, req: RecordedRequest, out: tuple[int, Any]) -> bool:
+        if req.method != "GET" or not re.fullmatch(path, req.path):
+            return reply(self, h, req, out)
+        status, body = out
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        slow = Reply.json_content({}).with_trickle(0.5, 10)
+        self._server._send(h, status, {"content-type": "application/json"}, data, slow)
+        return True
+
+    monkeypatch.setattr(fakellm.FakeBatches, "_reply", trickled)
+    env.batch.behave(polls=10_000 if what == "poll" else 0)
+    start = time.monotonic()
+    result = golden.runpytest(
+        *BATCH, "--judge=openai:gpt-4o-mini", "--judge-deadline=2", "--judge-batch-wait=1"
+    )
+    assert time.monotonic() - start < 20, "a trickling answer held the run"
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    if what == "download":
+        result.stdout.fnmatch_lines(["*downloading the results*no full answer within 2s*"])
+
+
 def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(
     golden: pytest.Pytester, env: FakeLLMServer
 ) -> None:

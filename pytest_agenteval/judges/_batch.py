@@ -58,13 +58,14 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeGuard, Union
+from typing import TYPE_CHECKING, Final, TypeGuard, TypeVar, Union
 
 import pytest
 
@@ -95,6 +96,8 @@ if TYPE_CHECKING:
 BatchJudge = Union["OpenAIJudge", "AnthropicJudge"]
 #: What a batch line gave a judge for an item: its grade, or why there is none.
 Outcome = Union["Grade", "LLMJudgeError"]
+
+T = TypeVar("T")
 
 BATCH_FILE = "batch.json"
 SCHEMA = "pytest-agenteval/batch/1"
@@ -475,6 +478,29 @@ def write_batch_json(recorder: RunRecorder, jobs: Sequence[Job]) -> None:
     )
 
 
+class _Overdue(AgentevalError):
+    """A batch call that ran past its wall-clock bound: the SDK's read timeout restarts with
+    every chunk, so an answer that trickles in would hold the run past every limit."""
+
+
+#: Requests per --judge-deadline a call that carries or returns every line of a batch gets
+_LINES_PER_DEADLINE = 10_000
+
+
+def _bound(job: Job, lines: int = 0) -> float:
+    """The wall-clock bound of one batch call: --judge-deadline, once more for each further
+    10 000 requests the call carries or returns (an upload, a results download)."""
+    return job.judge.settings.deadline_s * max(1, math.ceil(lines / _LINES_PER_DEADLINE))
+
+
+async def _bounded(job: Job, call: Awaitable[T], lines: int = 0) -> T:
+    bound = _bound(job, lines)
+    try:
+        return await asyncio.wait_for(call, bound)
+    except asyncio.TimeoutError:
+        raise _Overdue(f"no full answer within {bound:g}s (--judge-deadline)") from None
+
+
 async def submit(job: Job) -> object:
     """Create the batch; its id is taken, nothing else (the caller records the id before
     the rest of the provider's answer is read). Returns that answer."""
@@ -486,18 +512,28 @@ async def submit(job: Job) -> object:
     if isinstance(judge, OpenAIJudge):
         client = judge.conn.client()
         # the SDK may retry the upload: a second copy of the file is not billed
-        uploaded = await client.files.create(
-            file=("agenteval-batch.jsonl", data, "application/jsonl"), purpose="batch"
+        uploaded = await _bounded(
+            job,
+            client.files.create(
+                file=("agenteval-batch.jsonl", data, "application/jsonl"), purpose="batch"
+            ),
+            job.total,
         )
         job.input_file_id = uploaded.id
         job.create_attempted_at = _now()
         # never retried: neither SDK sends an idempotency key, so a retry after a lost
         # answer would create (and bill) a second batch
-        batch = await client.with_options(max_retries=0).batches.create(
-            input_file_id=uploaded.id,
-            endpoint=OPENAI_ENDPOINT,
-            completion_window="24h",
-            metadata={"agenteval_run": str(job.recorder.run_id)[:64], "family": job.family[:500]},
+        batch = await _bounded(
+            job,
+            client.with_options(max_retries=0).batches.create(
+                input_file_id=uploaded.id,
+                endpoint=OPENAI_ENDPOINT,
+                completion_window="24h",
+                metadata={
+                    "agenteval_run": str(job.recorder.run_id)[:64],
+                    "family": job.family[:500],
+                },
+            ),
         )
     else:
         # each line's params are the request's own fields (checked by the API, not here)
@@ -505,8 +541,12 @@ async def submit(job: Job) -> object:
             judge.conn.client().with_options(max_retries=0).messages.batches.create
         )
         job.create_attempted_at = _now()
-        batch = await create(
-            requests=[{"custom_id": line.custom_id, "params": line.body} for line in job.lines]
+        batch = await _bounded(
+            job,
+            create(
+                requests=[{"custom_id": line.custom_id, "params": line.body} for line in job.lines]
+            ),
+            job.total,
         )
     batch_id = getattr(batch, "id", None)
     if isinstance(batch_id, str) and batch_id:
@@ -1271,15 +1311,16 @@ def run_batch_phase(
     sdk_errors: tuple[type[BaseException], ...] = ()
     for job in jobs:
         sdk_errors += (job.judge.conn.api_error,)
+        failures: tuple[type[BaseException], ...] = (_Overdue, *sdk_errors)
         found = find_resumable(job, job.recorder.run_dir)
-        problem = "no earlier run holds it"
+        problem: str | None = "no earlier run holds it"
         if found is not None:
             run_dir, entry = found
             try:
-                problem = scheduler.run_coro(resume(job, run_dir, entry)) or ""
-            except sdk_errors as exc:
+                problem = scheduler.run_coro(_bounded(job, resume(job, run_dir, entry), job.total))
+            except failures as exc:
                 # the earlier batch may be fine: a new one now could pay for it twice
-                error = _sdk_error(state, job, exc)
+                error = exc if isinstance(exc, _Overdue) else _sdk_error(state, job, exc)
                 _save([j for j in jobs if j.batch_id is not None])
                 if isinstance(error, pytest.exit.Exception):
                     raise error from None
@@ -1288,7 +1329,7 @@ def run_batch_phase(
                     f"earlier run {run_dir.name} failed: {error}; no new batch was submitted "
                     "for it: run the same command again to resume it"
                 ) from None
-            if not problem:
+            if problem is None:
                 _say(
                     state,
                     f"agenteval: batch judging: resuming batch {job.batch_id} of {job.judge.name} "
@@ -1298,13 +1339,15 @@ def run_batch_phase(
             _say(state, f"agenteval: batch judging: not resuming {run_dir.name}: {problem}")
         try:
             batch = scheduler.run_coro(submit(job))
-        except sdk_errors as exc:
+        except failures as exc:
+            overdue = isinstance(exc, _Overdue)
             failure = job.judge.conn.classify(exc, 1)
-            if job.create_attempted_at is not None and failure.kind in _MAYBE_CREATED:
-                job.status, job.create_error = "create_unconfirmed", failure.text
+            if job.create_attempted_at is not None and (overdue or failure.kind in _MAYBE_CREATED):
+                job.status = "create_unconfirmed"
+                job.create_error = str(exc) if overdue else failure.text
                 _save([j for j in jobs if j.batch_id is not None or j is job])
                 raise session.Interrupted(_unconfirmed(job)) from None
-            error = _sdk_error(state, job, exc)
+            error = exc if overdue else _sdk_error(state, job, exc)
             _save([j for j in jobs if j.batch_id is not None])  # those submitted: resumable
             if isinstance(error, pytest.exit.Exception):
                 raise error from None
@@ -1332,13 +1375,14 @@ def run_batch_phase(
     reasks: list[_Reask] = []
     from ._base import Grade
 
-    download_errors: tuple[type[BaseException], ...] = (_BrokenOff, *sdk_errors)
+    download_errors: tuple[type[BaseException], ...] = (_BrokenOff, _Overdue, *sdk_errors)
     for job in jobs:
         try:
-            collected = scheduler.run_coro(collect(job))
+            collected = scheduler.run_coro(_bounded(job, collect(job), job.total))
         except download_errors as exc:  # results gone (404) are item errors, not this
             _save(jobs)
-            error = exc if isinstance(exc, _BrokenOff) else _sdk_error(state, job, exc)
+            ours = isinstance(exc, (_BrokenOff, _Overdue))
+            error = exc if ours else _sdk_error(state, job, exc)
             if isinstance(error, pytest.exit.Exception):
                 raise error from None
             raise session.Interrupted(
@@ -1414,6 +1458,7 @@ def _wait(
     sdk_errors: tuple[type[BaseException], ...],
 ) -> None:
     """Poll until every batch has ended; stop the run (resumable) when the wait runs out."""
+    failures: tuple[type[BaseException], ...] = (_Overdue, *sdk_errors)
     started = time.monotonic()
     while True:
         _show(progress, jobs)
@@ -1434,16 +1479,16 @@ def _wait(
         for job in pending:
             before = (job.status, job.done)
             try:
-                state.scheduler.run_coro(refresh(job))
+                state.scheduler.run_coro(_bounded(job, refresh(job)))
                 job.poll_failures = 0
-            except sdk_errors as exc:
-                status = _gone_status(job, exc)
+            except failures as exc:
+                status = None if isinstance(exc, _Overdue) else _gone_status(job, exc)
                 if status is not None:  # it was there: the batch is gone, not the batch API
                     _lose(job, f"the provider no longer has this batch ({status} when polled)")
                     changed = True
                     continue
                 job.poll_failures += 1
-                error = _sdk_error(state, job, exc)
+                error = exc if isinstance(exc, _Overdue) else _sdk_error(state, job, exc)
                 if isinstance(error, pytest.exit.Exception) or (
                     job.poll_failures >= MAX_POLL_FAILURES
                 ):
