@@ -44,6 +44,16 @@ would send. The new run directory's ``batch.json`` names the run it resumed.
 Otherwise a new batch is submitted: after a complete run, a new run is a new
 measurement, and a run that fails verification is not trusted.
 
+Failures. Money is not spent twice and a paid batch is never left unrecorded: the
+create call is sent once (no SDK retry: neither provider takes an idempotency key);
+when it fails after it was sent, the run stops naming what to look for at the
+provider (``create_unconfirmed``). The batch id is written to ``batch.json`` before
+anything else of the answer is read. A failed poll, download or resume check stops
+the run resumable (a configuration error stops it as one); a batch or results the
+provider no longer has (404, 410) are item errors and the batch is marked ``lost``,
+never resumed. Every call is bounded in wall-clock time by ``--judge-deadline``
+(once more per 10 000 requests it carries), which a trickling answer cannot stretch.
+
 Limits, decided: benchmark (scenario) items are not batched — their subject
 must answer first, item by item — so ``--judge-batch`` with benchmark items in
 the run is a usage error rather than a silent full-price run; and it needs one
