@@ -634,9 +634,11 @@ def priced_subject_stopped_at_the_third(
     cost = json.loads(summary.read_text())["cost"]
     requests = fake_llm.requests
     answered = [
-        r for r in requests if r.body.get("model") == "subj" and "number 2?" not in str(r.body)
+        r
+        for r in requests
+        if (r.body or {}).get("model") == "subj" and "number 2?" not in str(r.body)
     ]
-    judged = [r for r in requests if r.body.get("model") == "m"]
+    judged = [r for r in requests if (r.body or {}).get("model") == "m"]
     assert len(answered) > 4 and len(judged) > 4, result.stdout.str()  # calls were ahead
     return result, cost, len(answered), len(judged)
 
@@ -752,13 +754,18 @@ import pytest
 from pytest_agenteval._cost import Cost
 from pytest_agenteval._stash import STATE
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session):
-    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0":  # a paid answer no record holds,
-        budget = session.config.stash[STATE].scheduler.budget  # then a crash: no account
-        with budget.reserve("m") as bill:
-            bill.charge(Cost(usd=1.0, prompt_tokens=1000, completion_tokens=0))
-        os._exit(3)
+SEEN = []
+
+def pytest_runtest_teardown(item):
+    SEEN.append(item.nodeid)
+    # gw0, at its third item (once): a paid answer no record holds, then a crash
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0" and len(SEEN) == 3:
+        if not os.path.exists("crashed.flag"):
+            open("crashed.flag", "w").close()
+            budget = item.config.stash[STATE].scheduler.budget
+            with budget.reserve("m") as bill:
+                bill.charge(Cost(usd=1.0, prompt_tokens=1000, completion_tokens=0))
+            os._exit(3)
 """
 
 
@@ -767,8 +774,10 @@ def test_what_a_crashed_worker_paid_beyond_its_reports_is_read_from_its_ledger(
 ) -> None:
     """A worker that dies hands over no account; the ledger it kept (its spend and what its
     reports held, rewritten at each change) still says what it paid beyond its reports:
-    $1 here, spent by a conftest just before the crash. The old code knew nothing of it."""
-    judged_family(pytester, fake_llm, monkeypatch, 10)
+    at least the $1 a conftest spent just before the crash (and any judge call it had
+    made ahead for its next items, answered and lost with it). The old code knew nothing
+    of it."""
+    judged_family(pytester, fake_llm, monkeypatch, 16)
     pytester.makeconftest(PAID_THEN_DIES)
     pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
     result = pytester.runpytest_subprocess(
@@ -776,9 +785,10 @@ def test_what_a_crashed_worker_paid_beyond_its_reports_is_read_from_its_ledger(
     )
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     cost = json.loads(summary.read_text())["cost"]
-    assert cost["total"]["usd"] == pytest.approx(10.0), result.stdout.str()
-    assert cost["unrecorded"]["usd_answered"] == pytest.approx(1.0), cost
-    assert cost["unrecorded"]["workers_crashed"] == 1, cost
+    judged = sum(1 for r in fake_llm.requests if (r.body or {}).get("model") == "m")
+    unrecorded = cost["unrecorded"]
+    assert unrecorded["workers_crashed"] == 1, result.stdout.str()
+    assert 1.0 - 1e-9 <= unrecorded["usd_answered"] <= 1.0 + judged - cost["total"]["usd"], cost
 
 
 def test_a_ledger_keeps_the_last_account_and_refuses_what_is_not_one(tmp_path: Path) -> None:

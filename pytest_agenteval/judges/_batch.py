@@ -1276,6 +1276,18 @@ def _sdk_error(state: AgentevalState, job: Job, exc: BaseException) -> BaseExcep
     return RuntimeError(str(translated))
 
 
+def _stop(
+    state: AgentevalState, job: Job, exc: BaseException, failed: str, then: str
+) -> BaseException:
+    """What stops the run when *failed* (what the batch path was doing) raised *exc*: a
+    configuration error as such, else a resumable interruption saying what to do *then*."""
+    ours = isinstance(exc, (_BrokenOff, _Overdue))
+    error = exc if ours else _sdk_error(state, job, exc)
+    if isinstance(error, pytest.exit.Exception):
+        return error
+    return pytest.Session.Interrupted(f"agenteval: batch judging: {failed} failed: {error}; {then}")
+
+
 #: Failures of the create call after which the provider may hold the batch anyway: it was
 #: sent, and its answer was lost (a timeout, a dropped connection), a server error, or an
 #: answer the SDK could not read
@@ -1330,14 +1342,13 @@ def run_batch_phase(
                 problem = scheduler.run_coro(_bounded(job, resume(job, run_dir, entry), job.total))
             except failures as exc:
                 # the earlier batch may be fine: a new one now could pay for it twice
-                error = exc if isinstance(exc, _Overdue) else _sdk_error(state, job, exc)
                 _save([j for j in jobs if j.batch_id is not None])
-                if isinstance(error, pytest.exit.Exception):
-                    raise error from None
-                raise session.Interrupted(
-                    f"agenteval: batch judging: checking the batch of {job.judge.name} in the "
-                    f"earlier run {run_dir.name} failed: {error}; no new batch was submitted "
-                    "for it: run the same command again to resume it"
+                raise _stop(
+                    state,
+                    job,
+                    exc,
+                    f"checking the batch of {job.judge.name} in the earlier run {run_dir.name}",
+                    "no new batch was submitted for it: run the same command again to resume it",
                 ) from None
             if problem is None:
                 _say(
@@ -1357,14 +1368,14 @@ def run_batch_phase(
                 job.create_error = str(exc) if overdue else failure.text
                 _save([j for j in jobs if j.batch_id is not None or j is job])
                 raise session.Interrupted(_unconfirmed(job)) from None
-            error = exc if overdue else _sdk_error(state, job, exc)
             _save([j for j in jobs if j.batch_id is not None])  # those submitted: resumable
-            if isinstance(error, pytest.exit.Exception):
-                raise error from None
-            raise session.Interrupted(
-                f"agenteval: batch judging: submitting the batch of {job.judge.name} failed: "
-                f"{error}; the batches submitted before it are kept in batch.json: run the "
-                "same command again to resume them"
+            raise _stop(
+                state,
+                job,
+                exc,
+                f"submitting the batch of {job.judge.name}",
+                "the batches submitted before it are kept in batch.json: run the same command "
+                "again to resume them",
             ) from None
         if job.batch_id is None:  # created, but this run cannot name it
             job.status, job.create_error = "create_unconfirmed", "the answer names no batch id"
@@ -1391,17 +1402,16 @@ def run_batch_phase(
             collected = scheduler.run_coro(_bounded(job, collect(job), job.total))
         except download_errors as exc:  # results gone (404) are item errors, not this
             _save(jobs)
-            ours = isinstance(exc, (_BrokenOff, _Overdue))
-            error = exc if ours else _sdk_error(state, job, exc)
-            if isinstance(error, pytest.exit.Exception):
-                raise error from None
-            raise session.Interrupted(
-                f"agenteval: batch judging: downloading the results of batch {job.batch_id} "
-                f"failed: {error}; the batch is kept in batch.json: run the same command again "
-                "to collect it"
+            raise _stop(
+                state,
+                job,
+                exc,
+                f"downloading the results of batch {job.batch_id}",
+                "the batch is kept in batch.json: run the same command again to collect it",
             ) from None
+        lines = {ln.custom_id: ln for ln in job.lines}
         for custom_id, outcome in collected.items():
-            line = next(ln for ln in job.lines if ln.custom_id == custom_id)
+            line = lines[custom_id]
             graded = outcomes.setdefault(line.nodeid, {})
             if isinstance(outcome, _Reask):
                 reasks.append(outcome)  # its outcome once re-asked
