@@ -183,28 +183,15 @@ class Budget:
         self._open: dict[str, int] = {}  # model -> its paid calls in flight
         self._priced: dict[str, tuple[float, int]] = {}  # model -> (dollars, calls) so far
         self._lock = threading.Lock()
-        #: what the records this process handed on (an xdist worker's reports) cost
-        self.handed = 0.0
         #: paid calls cancelled in flight so far: (how many, usd at average, unpriced)
         self._stopped: tuple[int, float, int] = (0, 0.0, 0)
-        #: an xdist worker's ledger of the two (see :class:`Ledger`)
+        #: an xdist worker's ledger of its calls in flight and its spend (:class:`Ledger`)
         self.ledger: Ledger | None = None
-
-    def hand_over(self, usd: float) -> None:
-        """A record this process handed on holds *usd* of what it spent."""
-        with self._lock:
-            self.handed += usd
-            self._note()
-
-    def account(self) -> tuple[float, float]:
-        """(spent, handed on)."""
-        with self._lock:
-            return self.spent, self.handed
 
     def _note(self) -> None:
         """The ledger's line, after each change (under the lock)."""
         if self.ledger is not None:
-            self.ledger.write(self.spent, self.handed, *self._open_now())
+            self.ledger.write(*self._open_now(), self.spent)
 
     def expected(self, model: str | None) -> float:
         """What a call of *model* is expected to cost: its calls' average so far, else 0."""
@@ -376,8 +363,8 @@ def payload_usd(
 
 class Ledger:
     """An xdist worker's account, kept in a small file the controller reads when the worker
-    ends without handing it over (it crashed, or Ctrl-C stopped the run): what it spent,
-    what its reports handed on, and its paid calls in flight (:meth:`Budget.open_calls`).
+    ends without handing it over (it crashed, or Ctrl-C stopped the run): its paid calls in
+    flight (:meth:`Budget.open_calls`) and what it spent, as it hands them over at its end.
 
     One fixed-size line, rewritten in place at every change (a system call; no fsync: the
     controller reads it on the same host, and a worker killed mid-write leaves the old
@@ -400,26 +387,30 @@ class Ledger:
         except OSError:
             return None
 
-    def write(self, spent: float, handed: float, calls: int, usd: float, unpriced: int) -> None:
-        line = f"{spent!r} {handed!r} {calls} {usd!r} {unpriced}\n".encode().ljust(self.SIZE)
+    def write(self, calls: int, usd: float, unpriced: int, spent: float) -> None:
+        line = f"{calls} {usd!r} {unpriced} {spent!r}\n".encode().ljust(self.SIZE)
         with contextlib.suppress(OSError):  # a full disk: the account is then not known
             os.pwrite(self.fd, line[: self.SIZE], 0)
 
     @staticmethod
-    def read(path: Path) -> tuple[float, float, int, float, int] | None:
-        """(spent, handed, calls in flight, their usd at average, unpriced) as last written,
-        or None when there is no readable ledger."""
+    def read(path: Path) -> tuple[int, float, int, float] | None:
+        """(calls in flight, their usd at average, unpriced, spent) as last written, or None
+        when there is no readable ledger."""
         try:
             fields = path.read_bytes().split()
-            spent, handed, usd = float(fields[0]), float(fields[1]), float(fields[3])
-            calls, unpriced = int(fields[2]), int(fields[4])
+            calls, usd, unpriced, spent = (
+                int(fields[0]),
+                float(fields[1]),
+                int(fields[2]),
+                float(fields[3]),
+            )
         except (OSError, ValueError, IndexError):
             return None
-        if len(fields) != 5 or not all(
-            math.isfinite(x) and x >= 0 for x in (spent, handed, usd, calls, unpriced)
+        if len(fields) != 4 or not all(
+            math.isfinite(x) and x >= 0 for x in (calls, usd, unpriced, spent)
         ):
             return None
-        return spent, handed, calls, usd, unpriced
+        return calls, usd, unpriced, spent
 
 
 def unheld_usd(spent: float, held: float) -> float:

@@ -468,7 +468,8 @@ class UnrecordedCalls(_Open):
         description="what paid calls that answered cost, counted by the run's budget, that "
         "no record holds: the subject's answer of an item whose judging was cancelled when "
         "the run stopped, a call abandoned at --subject-timeout that answered later; the "
-        "run's spend less its records' costs, per process (a crashed worker's is not known)",
+        "run's spend less its records' costs, per process (an xdist worker that crashed or "
+        "was stopped before handing over its spend: as the ledger it kept last said)",
     )
 
 

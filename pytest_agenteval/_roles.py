@@ -30,7 +30,7 @@ import pytest
 
 from ._collect import ScenarioItem, no_subject
 from ._collector import QuietCollector
-from ._cost import WORKER_BUDGET, WORKER_LEDGER, payload_usd, unheld_usd
+from ._cost import WORKER_BUDGET, WORKER_LEDGER, payload_usd
 from ._golden_items import CalibrationItem
 from ._grader import setup_error_text
 from ._run import MADE_AHEAD, made_ahead_fields
@@ -138,17 +138,10 @@ class GraderHooks:
         }
         if made:
             workeroutput[MADE_AHEAD] = made
-            self._handed(*made.values())
         budget = self.state.scheduler.budget
-        calls, usd, unpriced = budget.open_calls()
-        # paid calls in flight, to be cancelled, and answered calls no record holds
-        workeroutput[WORKER_UNRECORDED] = [calls, usd, unpriced, unheld_usd(*budget.account())]
-
-    def _handed(self, *records: dict[str, Any]) -> None:
-        """What the records this worker hands on cost (made-ahead runs included): at its
-        end, what its budget counted beyond them no record holds."""
-        for record in records:
-            self.state.scheduler.budget.hand_over(payload_usd(record, self.state.rates) or 0.0)
+        # paid calls in flight, to be cancelled, and what it spent: the controller sets
+        # that against what the records it got hold (the rest, no record holds)
+        workeroutput[WORKER_UNRECORDED] = [*budget.open_calls(), budget.spent]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -181,9 +174,7 @@ class GraderHooks:
         if call.when == "setup" and report.skipped:  # skipped by a fixture or a marker
             run = self.state.scheduler.take_made_ahead(item.nodeid)
             if run is not None and run.cost:  # its calls were made ahead: they cost
-                ahead = made_ahead_fields(run)
-                report.agenteval_made_ahead = ahead  # type: ignore[attr-defined]
-                self._handed(ahead)
+                report.agenteval_made_ahead = made_ahead_fields(run)  # type: ignore[attr-defined]
         if call.when == "setup" and call.excinfo is not None and report.failed:
             message = setup_error_text(self.state, call.excinfo)
             report.longrepr = message
@@ -201,7 +192,6 @@ class GraderHooks:
             report.agenteval = (  # type: ignore[attr-defined]
                 json_safe_record(payload) if walk else payload
             )
-            self._handed(payload)
             # the report carries it now, and pytest keeps every item to the end of the session
             item.payload = None
             if isinstance(item, ScenarioItem):
@@ -273,9 +263,10 @@ class AggregatorHooks:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         output = getattr(node, "workeroutput", {})
         made = output.get(MADE_AHEAD)
+        worker = node.gateway.id
         if isinstance(made, dict):  # runs made ahead for items the worker never ran
             self.aggregator.made_ahead.update(made)
-        worker = node.gateway.id
+            self._reported(worker, *made.values())
         in_flight = self.state.worker_in_flight.pop(worker, 0)
         if error is not None:  # crashed: xdist may start a replacement
             self.state.worker_shares.crashed(worker)
@@ -287,17 +278,24 @@ class AggregatorHooks:
             and len(unrecorded) == 4
             and all(type(x) in (int, float) and math.isfinite(x) for x in unrecorded)
         ):
-            calls, usd, unpriced, answered = unrecorded
+            calls, usd, unpriced, spent = unrecorded
             self.state.worker_unrecorded[worker] = (
                 int(calls),
                 float(usd),
                 int(unpriced),
-                float(answered),
+                float(spent),
             )
-            self.state.accounted.add(worker)  # its ledger is not read again
         refused = output.get(WORKER_REFUSED)
         if isinstance(refused, str):  # a worker's usage error (see GraderHooks)
             self.state.stop_reason = WORKER_REFUSED
+
+    def _reported(self, worker: str, *records: dict[str, Any]) -> None:
+        """What records that reached this process from *worker* cost: its share's spend so
+        far, and at the end what its own spend is set against (``unrecorded_calls``)."""
+        for record in records:
+            usd = payload_usd(record, self.state.rates)
+            if usd:
+                self.state.worker_shares.spend(worker, usd)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
@@ -352,13 +350,14 @@ class AggregatorHooks:
         self.aggregator.record(report)
         node = getattr(report, "node", None)  # a worker's report, on the controller
         record = getattr(report, "agenteval", None)
+        ahead = getattr(report, "agenteval_made_ahead", None)  # a skipped item's, paid for
+        if node is not None and isinstance(ahead, dict):
+            self._reported(node.gateway.id, ahead)
         if node is not None and isinstance(record, dict):
             flight = getattr(report, "agenteval_in_flight", None)
             if isinstance(flight, int):
                 self.state.worker_in_flight[node.gateway.id] = flight
-            usd = payload_usd(record, self.state.rates)
-            if usd:
-                self.state.worker_shares.spend(node.gateway.id, usd)
+            self._reported(node.gateway.id, record)
             if self.fed is not None:
                 abandoned = getattr(report, "agenteval_abandoned", 0)
                 self.fed.calls_abandoned(node, abandoned if isinstance(abandoned, int) else 0)

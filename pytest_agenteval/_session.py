@@ -287,7 +287,7 @@ class AgentevalState:
         self.worker_shares = WorkerShares(run.max_cost)
         #: paid calls no record holds, of each xdist worker as it finished (node id ->
         #: Budget.open_calls()), and the calls each had in flight by its last report
-        #: worker id -> its (calls in flight, their usd at average, unpriced, usd answered)
+        #: worker id -> its (calls in flight, their usd at average, unpriced, usd spent)
         self.worker_unrecorded: dict[str, tuple[int, float, int, float]] = {}
         self.worker_in_flight: dict[str, int] = {}
         self.crashed_workers = 0
@@ -295,10 +295,9 @@ class AgentevalState:
         self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
         if isinstance(workerinput.get(WORKER_LEDGER), str):
             self.scheduler.budget.ledger = Ledger.open(workerinput[WORKER_LEDGER])
-        #: the controller's folder of its workers' ledgers, and the workers that handed over
-        #: their account as they finished (the others' ledgers are read at the end)
+        #: the controller's folder of its workers' ledgers: a worker that did not hand over
+        #: its account as it finished (crashed, stopped) is known by its ledger at the end
         self.ledger_dir: Path | None = None
-        self.accounted: set[str] = set()
         if run.subject_timeout_given:  # provider and cmd: subjects time themselves
             self.scheduler.subject_timeout_s = run.subject_timeout_s
         self.subject_shared = False
@@ -378,20 +377,19 @@ class AgentevalState:
 
         *recorded_usd*: what the records this process took hold (its aggregator's); what this
         process's budget counted beyond it was answered and paid for, and no record holds
-        it. Under xdist the controller calls nothing (its budget counts nothing) and each
-        worker hands over its own difference."""
+        it. Under xdist the controller calls nothing (its budget counts nothing): each
+        worker's spend, as it handed it over or else as its ledger last said, is set
+        against what the records that reached this process from it hold."""
         calls, usd, unpriced = self.scheduler.budget.open_calls()
         answered = unheld_usd(self.scheduler.budget.spent, recorded_usd)
-        for n, dollars, not_priced, paid in self.worker_unrecorded.values():
-            calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
-            answered += paid
+        accounts = dict(self.worker_unrecorded)
         for ledger in sorted(self.ledger_dir.iterdir()) if self.ledger_dir else ():
-            kept = None if ledger.name in self.accounted else Ledger.read(ledger)
-            if kept is not None:  # a worker that crashed, or was stopped with the run:
-                # what it spent beyond the records that reached this process
-                spent, _, n, dollars, not_priced = kept
-                calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
-                answered += unheld_usd(spent, self.worker_shares.spent.get(ledger.name, 0.0))
+            kept = None if ledger.name in accounts else Ledger.read(ledger)
+            if kept is not None:  # a worker that crashed, or was stopped with the run
+                accounts[ledger.name] = kept
+        for worker, (n, dollars, not_priced, spent) in accounts.items():
+            calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
+            answered += unheld_usd(spent, self.worker_shares.spent.get(worker, 0.0))
         if not calls and not self.crashed_workers and not answered:
             return None
         return {

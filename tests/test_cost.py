@@ -796,11 +796,11 @@ def test_a_ledger_keeps_the_last_account_and_refuses_what_is_not_one(tmp_path: P
 
     ledger = Ledger.open(str(tmp_path / "gw0"))
     assert ledger is not None
-    ledger.write(12.5, 0.1 + 0.2, 12, 1.5e-5, 3)
-    ledger.write(3.0, 1.0, 2, 0.5, 0)  # rewritten in place, shorter: the old line is gone
-    assert Ledger.read(tmp_path / "gw0") == (3.0, 1.0, 2, 0.5, 0)
+    ledger.write(12, 1.5e-5, 3, 0.1 + 0.2)
+    ledger.write(2, 0.5, 0, 3.0)  # rewritten in place, shorter: the old line is gone
+    assert Ledger.read(tmp_path / "gw0") == (2, 0.5, 0, 3.0)
     assert Ledger.open(str(tmp_path / "elsewhere" / "gw1")) is None  # another host's folder
-    for junk in (b"", b"1.0 2.0", b"nan 1 0 0 0", b"1 -1 0 0 0", b"1 1 x 0 0", b"1 1 1 1 1 1"):
+    for junk in (b"", b"1 2.0", b"0 nan 0 1", b"1 1 0 -1", b"x 1 0 1", b"1 1 1 1 1"):
         (tmp_path / "junk").write_bytes(junk)
         assert Ledger.read(tmp_path / "junk") is None, junk
     assert Ledger.read(tmp_path / "missing") is None
