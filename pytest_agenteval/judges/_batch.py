@@ -594,16 +594,17 @@ def _note(job: Job, batch: object) -> None:
 
 
 async def refresh(job: Job) -> None:
+    assert job.batch_id is not None, "a batch is refreshed once submitted or resumed"
+    _note(job, await _retrieve(job.judge, job.batch_id))
+
+
+async def _retrieve(judge: BatchJudge, batch_id: str) -> object:
+    """The provider's batch object of *batch_id*."""
     from ._llm import OpenAIJudge
 
-    judge, batch_id = job.judge, job.batch_id
-    assert batch_id is not None, "a batch is refreshed once submitted or resumed"
-    batch: object
     if isinstance(judge, OpenAIJudge):
-        batch = await judge.conn.client().batches.retrieve(batch_id)
-    else:
-        batch = await judge.conn.client().messages.batches.retrieve(batch_id)
-    _note(job, batch)
+        return await judge.conn.client().batches.retrieve(batch_id)
+    return await judge.conn.client().messages.batches.retrieve(batch_id)
 
 
 # --------------------------------------------------------------------------- results
@@ -1094,13 +1095,14 @@ async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
         return "the requests this run would send differ from those submitted"
     judge = job.judge
     batch_id = str(entry["batch_id"])
-    batch: object
     # a 404 here is what the provider no longer has (this endpoint had the batch API):
     # not resumed, saying so; any other failure is raised
+    file_id: str | None = None  # OpenAI's: the batch was made from it
     if isinstance(judge, OpenAIJudge):
-        file_id = entry.get("input_file_id")
-        if not isinstance(file_id, str):
+        recorded = entry.get("input_file_id")
+        if not isinstance(recorded, str):
             return "no input file recorded"
+        file_id = recorded
         try:
             content = await judge.conn.client().files.content(file_id)
         except judge.conn.api_error as exc:
@@ -1113,22 +1115,16 @@ async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
         sent = content.content if hasattr(content, "content") else await content.aread()
         if hashlib.sha256(bytes(sent)).hexdigest() != hashlib.sha256(data).hexdigest():
             return "the provider's input file is not the requests this run would send"
-        try:
-            batch = await judge.conn.client().batches.retrieve(batch_id)
-        except judge.conn.api_error as exc:
-            if (status := _gone_status(job, exc)) is None:
-                raise
-            return f"batch {batch_id} is no longer at the provider ({status})"
+    try:
+        batch = await _retrieve(judge, batch_id)
+    except judge.conn.api_error as exc:
+        if (status := _gone_status(job, exc)) is None:
+            raise
+        return f"batch {batch_id} is no longer at the provider ({status})"
+    if file_id is not None:
         if getattr(batch, "input_file_id", None) != file_id:
             return f"batch {batch_id} was not made from the recorded input file"
         job.input_file_id = file_id
-    else:
-        try:
-            batch = await judge.conn.client().messages.batches.retrieve(batch_id)
-        except judge.conn.api_error as exc:
-            if (status := _gone_status(job, exc)) is None:
-                raise
-            return f"batch {batch_id} is no longer at the provider ({status})"
     job.lines = renewed
     job.batch_id = batch_id
     submitted = entry.get("submitted_at")
