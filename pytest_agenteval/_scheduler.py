@@ -121,6 +121,7 @@ class Scheduler:
         self.kept: dict[str, ScenarioRun] = {}
         self._idle_work: list[Callable[[], object]] = []
         self._idle_armed = False
+        self._warm_up: threading.Thread | None = None
         #: how long a Python subject's call may take (--subject-timeout, when given)
         self.subject_timeout_s: float | None = None
         #: node ids of the items a mark may skip (see may_be_skipped): never started ahead
@@ -170,6 +171,7 @@ class Scheduler:
 
         thread = threading.Thread(target=target, name="agenteval-warm-up", daemon=True)
         _WARMING.add(thread)
+        self._warm_up = thread
         thread.start()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
@@ -314,8 +316,14 @@ class Scheduler:
             loop.run_until_complete(asyncio.wait(pending, timeout=5))
 
     def close(self) -> None:
-        """Cancel what is pending and close the loop."""
+        """Cancel what is pending, close the loop, and wait for the warm-up's imports (at
+        most :data:`_FORK_WAIT_S`): no thread of the run outlives it. One importing at the
+        interpreter's exit, or while pytester restores ``sys.modules`` after an in-process
+        run, changed that dict while it was being read (seen once in this suite)."""
         self.cancel_pending()
+        warm_up, self._warm_up = self._warm_up, None
+        if warm_up is not None and warm_up is not threading.current_thread():
+            warm_up.join(_FORK_WAIT_S)
         loop = self._loop
         if loop is None:
             return
