@@ -306,10 +306,12 @@ def _gate(
     insufficient = False
     n = int(metrics.get("n") or 0)
     entries = int(metrics.get("entries", n) or 0)
-    if entries == 0 and metrics.get("split") == "holdout":
+    other = metrics.get("calibration_split")
+    others = int(other.get("entries") or 0) if other else 0
+    if entries == 0 and others and metrics.get("split") == "holdout":
+        # the entries are all calibration data; with none at all (a run stopped before
+        # any was graded) the count below says so, and no option would help
         insufficient = True
-        other = metrics.get("calibration_split")
-        others = int(other.get("entries") or 0) if other else 0
         reasons.append(
             f"no holdout entries ({others} in the calibration split; an entry without "
             "`split` is calibration data): use --calibration-split=all to gate on every entry"

@@ -326,6 +326,9 @@ def test_a_pending_batch_resumes_when_the_same_command_runs_again(
     first = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-batch-wait=0")
     assert first.ret == pytest.ExitCode.INTERRUPTED
     first.stdout.fnmatch_lines(["*batch batch_* still in_progress after waiting 0s*same command*"])
+    # nothing was graded: no option would help the calibration gate, and none is suggested
+    assert "--calibration-split" not in first.stdout.str()
+    first.stdout.fnmatch_lines(["*overall*INSUFFICIENT DATA*", "*n=0 graded of 0*"])
     (pending,) = run_dirs(golden)
     checked = verify_run(pending)
     assert checked.ok and not checked.complete  # sealed, marked incomplete, batch.json bound

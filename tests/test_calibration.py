@@ -690,6 +690,17 @@ def test_below_min_n_is_insufficient_with_graded_and_total_counts() -> None:
     assert calibration_report(rows, min_n=5)["pillars"]["p"]["gate"]["status"] == "insufficient"
 
 
+def test_no_entries_at_all_is_insufficient_data_not_a_missing_holdout() -> None:
+    """A run stopped before any entry was graded (a batch still pending) has no entries in
+    either split: --calibration-split=all would not help, and is not suggested."""
+    (reason,) = calibration_report([])["overall"]["gate"]["reasons"]
+    assert reason == "insufficient data (n=0 graded of 0; at least 10 needed)"
+    calibration_only = [row(i, "pass", "pass", split="calibration") for i in range(3)]
+    (reason,) = calibration_report(calibration_only)["overall"]["gate"]["reasons"]
+    assert reason.startswith("no holdout entries (3 in the calibration split;")
+    assert reason.endswith("use --calibration-split=all to gate on every entry")
+
+
 def test_insufficient_data_with_judge_errors_is_a_failure() -> None:
     rows = [row(i, "pass", "pass") for i in range(3)]
     rows.append(row(3, "fail", None, verdict="error"))
