@@ -572,12 +572,9 @@ def test_work_while_waiting_starts_after_the_first_calls_are_written(
     assert ran == ["work"]  # once
 
 
-def test_closing_the_scheduler_waits_for_the_warm_up(
-    make_scheduler: Callable[[int], Scheduler],
-) -> None:
-    """No thread of the run outlives it: a warm-up still importing when the session ends
-    changed sys.modules while pytester (or the interpreter's exit) was reading it."""
-    scheduler = make_scheduler(1)
+def _warm_up_running(scheduler: Scheduler) -> threading.Event:
+    """A warm-up of half a second started on *scheduler* (an item waited for a call until
+    it began); the event is set when it ends."""
     started, done = threading.Event(), threading.Event()
 
     def work() -> None:
@@ -594,6 +591,16 @@ def test_closing_the_scheduler_waits_for_the_warm_up(
 
     scheduler.wait(scheduler.submit(call()))
     assert started.is_set() and not done.is_set()
+    return done
+
+
+def test_closing_the_scheduler_waits_for_the_warm_up(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """No thread of the run outlives it: a warm-up still importing when the session ends
+    changed sys.modules while pytester (or the interpreter's exit) was reading it."""
+    scheduler = make_scheduler(1)
+    done = _warm_up_running(scheduler)
     scheduler.close()
     assert done.is_set()
     assert not [t for t in threading.enumerate() if t.name == "agenteval-warm-up"]
@@ -606,22 +613,7 @@ def test_a_fork_waits_for_the_warm_up(make_scheduler: Callable[[int], Scheduler]
     import warnings
 
     scheduler = make_scheduler(1)
-    started, done = threading.Event(), threading.Event()
-
-    def work() -> None:
-        started.set()
-        time.sleep(0.5)
-        done.set()
-
-    scheduler.while_waiting(work)
-
-    async def call() -> None:
-        deadline = time.monotonic() + 5
-        while not started.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-
-    scheduler.wait(scheduler.submit(call()))
-    assert started.is_set() and not done.is_set()
+    done = _warm_up_running(scheduler)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # a multi-threaded fork
         pid = os.fork()
