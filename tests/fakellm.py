@@ -999,6 +999,8 @@ class FakeBatches:
             return self._reply(h, req, self._file(m.group(1)))
         if method == "POST" and path.endswith("/v1/batches"):
             return self._reply(h, req, self._openai_create(req))
+        if method == "GET" and path.endswith("/v1/batches"):
+            return self._reply(h, req, self._openai_list(req.query))
         if method == "GET" and (m := _BATCH.fullmatch(path)):
             return self._reply(h, req, self._openai_batch(m.group(1)))
         return False
@@ -1178,6 +1180,28 @@ class FakeBatches:
             )
             self.batches[batch.id] = batch
         return batch
+
+    def _openai_list(self, query: str) -> tuple[int, Any]:
+        """OpenAI's list of batches: newest first, ``limit`` a page, ``after`` an id."""
+        from urllib.parse import parse_qs
+
+        params = parse_qs(query)
+        limit = int(params.get("limit", ["20"])[0])
+        after = params.get("after", [None])[0]
+        with self._lock:
+            newest = [b for b in reversed(self.batches.values()) if b.provider == "openai"]
+        if after is not None:
+            ids = [b.id for b in newest]
+            newest = newest[ids.index(after) + 1 :] if after in ids else []
+        page = newest[:limit]
+        data = [self._openai_view(b, running=b.polls_left > 0) for b in page]
+        return 200, {
+            "object": "list",
+            "data": data,
+            "first_id": page[0].id if page else None,
+            "last_id": page[-1].id if page else None,
+            "has_more": len(newest) > limit,
+        }
 
     def _openai_batch(self, bid: str) -> tuple[int, Any]:
         with self._lock:

@@ -549,18 +549,128 @@ def test_a_create_call_answered_too_late_is_not_sent_again(
     (entry,) = state["batches"]
     assert entry["batch_id"] is None and entry["status"] == "create_unconfirmed"
     assert entry["create_error"].startswith("request timed out")
-    which = "with metadata agenteval_run=" if judge.startswith("openai") else "of 6 requests"
+    then = (
+        "*running the same command again looks for it at 127.0.0.1:* (the batch made from "
+        f"input file {entry['input_file_id']}, with metadata agenteval_run=*) and collects it*"
+        if judge.startswith("openai")
+        else "*Look at 127.0.0.1:* for a batch of 6 requests created at about *, and cancel it*"
+    )
     result.stdout.fnmatch_lines(
         [
             f"*creating the batch of {judge} failed after it was sent (request timed out*: the "
-            "provider may have created it anyway*Look at 127.0.0.1:* for a batch "
-            f"{which}* created at about *not submitted again*"
+            f"provider may have created it anyway*not submitted again{then}"
         ]
     )
     if judge.startswith("openai"):  # the metadata named is the batch's at the provider
         (batch,) = env.batch.batches.values()
         assert batch.metadata["agenteval_run"] == state["run_id"][:64]
-        assert f"agenteval_run={state['run_id'][:64]} " in result.stdout.str()
+        assert f"agenteval_run={state['run_id'][:64]})" in result.stdout.str()
+
+
+def _late_openai_create(monkeypatch: pytest.MonkeyPatch, *, creates: bool) -> None:
+    """The fake's OpenAI create call answers after --judge-timeout, having made the batch
+    (*creates*) or not."""
+    import time
+
+    import fakellm
+
+    create = fakellm.FakeBatches._openai_create
+
+    def late(self: Any, req: RecordedRequest) -> tuple[int, Any]:
+        out: tuple[int, Any] = create(self, req) if creates else (500, "never made")
+        time.sleep(1.5)
+        return out
+
+    monkeypatch.setattr(fakellm.FakeBatches, "_openai_create", late)
+
+
+def test_a_batch_created_unconfirmed_is_found_by_its_input_file_and_resumed(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run that could not confirm its create call recorded the input file; the next
+    run finds the batch made from it among the provider's (past a page of other batches)
+    and collects it instead of paying for a second one; once a complete run used it, the
+    run after that is a new measurement."""
+    with monkeypatch.context() as late:
+        _late_openai_create(late, creates=True)
+        first = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-timeout=0.5")
+    assert first.ret == pytest.ExitCode.INTERRUPTED
+    (made,) = env.batch.created
+    (unconfirmed,) = run_dirs(golden)
+    assert batch_json(unconfirmed)["batches"][0]["create_attempted_at"]
+    for _ in range(120):  # newer batches of others: the look-up reads two pages
+        env.batch._new("openai", [], input_file_id="file-someone-else")
+
+    second = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    second.assert_outcomes(passed=6)
+    second.stdout.fnmatch_lines(
+        [
+            f"agenteval: batch judging: resuming batch {made} of openai:gpt-4o-mini (6 requests), "
+            f"which the earlier run {unconfirmed.name} created without learning its id*"
+        ]
+    )
+    assert [b for b in env.batch.created if env.batch.batches[b].lines] == [made]
+    assert live_calls(env) == []
+    (entry,) = batch_json(run_dirs(golden)[-1])["batches"]
+    assert entry["batch_id"] == made and entry["resumed_from"]["run_dir"] == unconfirmed.name
+
+    third = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    third.assert_outcomes(passed=6)
+    assert len([b for b in env.batch.created if env.batch.batches[b].lines]) == 2
+
+
+def test_a_create_call_that_made_no_batch_is_looked_up_then_submitted(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as late:
+        _late_openai_create(late, creates=False)
+        first = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-timeout=0.5")
+    assert first.ret == pytest.ExitCode.INTERRUPTED and env.batch.created == []
+    (unconfirmed,) = run_dirs(golden)
+    file_id = batch_json(unconfirmed)["batches"][0]["input_file_id"]
+
+    second = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    second.assert_outcomes(passed=6)
+    second.stdout.fnmatch_lines(
+        [
+            f"agenteval: batch judging: the earlier run {unconfirmed.name} could not confirm "
+            "creating the batch of openai:gpt-4o-mini; 127.0.0.1:* holds no batch made from "
+            f"its input file {file_id}: submitting one",
+            "agenteval: batch judging: submitted 6 requests*",
+        ]
+    )
+    assert len(env.batch.created) == 1
+
+
+@pytest.mark.parametrize("status", [404, 503])
+def test_a_look_up_that_fails_stops_the_run_unless_the_server_lists_no_batches(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, status: int
+) -> None:
+    """A 404 on the list: a server that cannot be asked, so a batch is submitted (as before
+    look-ups); any other failure stops the run rather than risk paying twice."""
+    import fakellm
+
+    with monkeypatch.context() as late:
+        _late_openai_create(late, creates=True)
+        golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-timeout=0.5")
+    (unconfirmed,) = run_dirs(golden)
+    monkeypatch.setattr(
+        fakellm.FakeBatches, "_openai_list", lambda self, query: (status, "not today")
+    )
+    second = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-timeout=2")
+    if status == 404:
+        second.assert_outcomes(passed=6)
+        second.stdout.fnmatch_lines(["*127.0.0.1:* lists no batches to look it up: submitting one"])
+        assert len(env.batch.created) == 2
+    else:
+        assert second.ret == pytest.ExitCode.INTERRUPTED
+        second.stdout.fnmatch_lines(
+            [
+                "*looking up the batch of openai:gpt-4o-mini that the earlier run "
+                f"{unconfirmed.name} may have created failed: *; no new batch was submitted*"
+            ]
+        )
+        assert len(env.batch.created) == 1
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,8 @@ measurement, and a run that fails verification is not trusted.
 Failures. Money is not spent twice and a paid batch is never left unrecorded: the
 create call is sent once (no SDK retry: neither provider takes an idempotency key);
 when it fails after it was sent, the run stops naming what to look for at the
-provider (``create_unconfirmed``). The batch id is written to ``batch.json`` before
+provider (``create_unconfirmed``); the next run looks an OpenAI batch up by the
+input file it recorded, and collects it if the provider has it. The batch id is written to ``batch.json`` before
 anything else of the answer is read. A failed poll, download or resume check stops
 the run resumable (a configuration error stops it as one); a batch or results the
 provider no longer has (404, 410) are item errors and the batch is marked ``lost``,
@@ -65,13 +66,14 @@ batch; batch grades are charged to the cost when their results arrive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -467,6 +469,11 @@ class Job:
             "collected": self.collected,
             "resumed_from": self.resumed_from,
             **({"create_error": self.create_error} if self.create_error else {}),
+            **(
+                {"create_attempted_at": self.create_attempted_at}
+                if self.create_attempted_at and self.batch_id is None
+                else {}
+            ),
             **({"lost": self.lost} if self.lost else {}),
             "price_factor": PRICE_FACTOR,
             "lines": {
@@ -1029,38 +1036,40 @@ def _read_batch_json(run_dir: Path) -> JSONObject | None:
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
 
 
-def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject] | None:
-    """An earlier run of this family and judges whose batch holds these requests and whose
-    grades no complete run has used: intact (it verifies) and incomplete; the newest such."""
-    from ..evidence._chain import verify_run
-
+def _earlier(job: Job, own_run_dir: Path) -> Iterator[tuple[Path, JSONObject]]:
+    """The earlier runs' batch.json entries of this family, judge, part and requests (by
+    fingerprint), newest run first."""
     siblings = sorted(
         (p for p in own_run_dir.parent.iterdir() if p.is_dir() and p != own_run_dir),
         key=lambda p: p.name,
         reverse=True,
     )
-    fingerprint = job.fingerprint
-    pending: list[tuple[Path, JSONObject]] = []
-    used: set[str] = set()  # batches whose grades a complete run has used
     for run_dir in siblings:
         data = _read_batch_json(run_dir)
         batches = None if data is None else data.get("batches")
         if not isinstance(batches, list):
             continue
-        entry = next(
-            (
-                b
-                for b in batches
-                if isinstance(b, dict)
-                and b.get("fingerprint") == fingerprint
-                and b.get("judge") == job.judge.name
-                and b.get("part") == job.part
-                and isinstance(b.get("batch_id"), str)
-                and isinstance(b.get("lines"), dict)
-            ),
-            None,
-        )
-        if entry is None:
+        for entry in batches:
+            if (
+                isinstance(entry, dict)
+                and entry.get("fingerprint") == job.fingerprint
+                and entry.get("judge") == job.judge.name
+                and entry.get("part") == job.part
+                and isinstance(entry.get("lines"), dict)
+            ):
+                yield run_dir, entry
+                break
+
+
+def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject] | None:
+    """An earlier run of this family and judges whose batch holds these requests and whose
+    grades no complete run has used: intact (it verifies) and incomplete; the newest such."""
+    from ..evidence._chain import verify_run
+
+    pending: list[tuple[Path, JSONObject]] = []
+    used: set[str] = set()  # batches whose grades a complete run has used
+    for run_dir, entry in _earlier(job, own_run_dir):
+        if not isinstance(entry.get("batch_id"), str):
             continue
         verdict = verify_run(run_dir)  # a run that does not verify is not trusted either way
         if verdict.ok and verdict.complete:
@@ -1069,6 +1078,65 @@ def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject] | Non
             pending.append((run_dir, entry))
     # a new run after a complete one is a new measurement: its batch is not collected twice
     return next(((d, e) for d, e in pending if str(e["batch_id"]) not in used), None)
+
+
+def find_unconfirmed(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject, set[str]] | None:
+    """The newest earlier run, intact and incomplete, whose call creating the batch of
+    these requests failed after it was sent (``create_unconfirmed``), with the input file it
+    recorded (OpenAI's: the only provider whose batches say what they were made from);
+    beside it, every batch id the earlier runs name (a batch one of them holds is theirs)."""
+    from ..evidence._chain import verify_run
+
+    if job.judge.provider != "openai":
+        return None
+    found: tuple[Path, JSONObject] | None = None
+    named: set[str] = set()
+    for run_dir, entry in _earlier(job, own_run_dir):
+        if isinstance(entry.get("batch_id"), str):
+            named.add(str(entry["batch_id"]))
+        elif (
+            found is None
+            and entry.get("status") == "create_unconfirmed"
+            and isinstance(entry.get("input_file_id"), str)
+        ):
+            verdict = verify_run(run_dir)
+            if verdict.ok and not verdict.complete:
+                found = (run_dir, entry)
+    return None if found is None else (*found, named)
+
+
+#: How far before the recorded create attempt a listed batch may say it was created (the
+#: two clocks differ), and how many batches a look-up reads at most
+_CLOCK_SLACK_S = 3600.0
+_LOOK_UP_LIMIT = 5_000
+
+
+async def look_up(job: Job, entry: JSONObject) -> object | None:
+    """The batch at the provider made from *entry*'s input file (a file this run uploaded,
+    so no other batch is made from it), or None: OpenAI lists batches newest first, and the
+    listing stops at those created before the recorded attempt (less an hour's slack)."""
+    from ._llm import OpenAIJudge
+
+    judge = job.judge
+    assert isinstance(judge, OpenAIJudge), "only OpenAI's batches name their input file"
+    file_id = entry.get("input_file_id")
+    since: float | None = None
+    attempted = entry.get("create_attempted_at")
+    if isinstance(attempted, str):
+        with contextlib.suppress(ValueError):
+            when = datetime.fromisoformat(attempted.replace("Z", "+00:00"))
+            since = when.timestamp() - _CLOCK_SLACK_S
+    seen = 0
+    async for batch in judge.conn.client().batches.list(limit=100):
+        if getattr(batch, "input_file_id", None) == file_id:
+            return batch
+        created = getattr(batch, "created_at", None)
+        seen += 1
+        if seen >= _LOOK_UP_LIMIT or (
+            since is not None and isinstance(created, (int, float)) and created < since
+        ):
+            return None
+    return None
 
 
 async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
@@ -1293,21 +1361,84 @@ _MAYBE_CREATED = frozenset({"timeout", "connection", "server", "client"})
 def _unconfirmed(job: Job) -> str:
     """Why the run stops when a batch may have been created without this run knowing its id."""
     judge = job.judge
-    if judge.provider == "openai":
-        which = (
-            f"with metadata agenteval_run={str(job.recorder.run_id)[:64]} "
-            f"(input file {job.input_file_id})"
-        )
-    else:
-        which = f"of {job.total} requests"
-    return (
+    head = (
         f"agenteval: batch judging: creating the batch of {judge.name} failed after it was "
         f"sent ({job.create_error}): the provider may have created it anyway, and would bill "
-        f"it. Look at {judge.base_url_host} for a batch {which} created at about "
-        f"{job.create_attempted_at}, and cancel it there if it exists. It was not submitted "
-        "again (batch.json records the attempt); running the same command again submits a "
-        "new batch"
+        "it. It was not submitted again (batch.json records the attempt)"
     )
+    if judge.provider == "openai":
+        return (
+            f"{head}; running the same command again looks for it at {judge.base_url_host} "
+            f"(the batch made from input file {job.input_file_id}, with metadata "
+            f"agenteval_run={str(job.recorder.run_id)[:64]}) and collects it if it is there, "
+            "or submits a new one"
+        )
+    return (
+        f"{head}. Look at {judge.base_url_host} for a batch of {job.total} requests created at "
+        f"about {job.create_attempted_at}, and cancel it there if it exists: running the same "
+        "command again submits a new batch (Anthropic's batches carry nothing to find it by)"
+    )
+
+
+def _adopt_unconfirmed(
+    state: AgentevalState,
+    job: Job,
+    jobs: Sequence[Job],
+    failures: tuple[type[BaseException], ...],
+) -> bool:
+    """When an earlier run's call creating the batch of these requests failed after it was
+    sent, the provider may hold that batch: look it up by its input file and resume it if
+    it is there (True), rather than pay for a second one."""
+    found = find_unconfirmed(job, job.recorder.run_dir)
+    if found is None:
+        return False
+    run_dir, entry, named = found
+    judge, file_id = job.judge, entry.get("input_file_id")
+    scheduler = state.scheduler
+    try:
+        batch = scheduler.run_coro(_bounded(job, look_up(job, entry)))
+        if batch is None:
+            _say(
+                state,
+                f"agenteval: batch judging: the earlier run {run_dir.name} could not confirm "
+                f"creating the batch of {judge.name}; {judge.base_url_host} holds no batch made "
+                f"from its input file {file_id}: submitting one",
+            )
+            return False
+        batch_id = str(getattr(batch, "id", ""))
+        if batch_id in named:
+            return False  # a later run took it over, and a complete one used it
+        problem = scheduler.run_coro(
+            _bounded(job, resume(job, run_dir, {**entry, "batch_id": batch_id}), job.total)
+        )
+    except failures as exc:
+        if not isinstance(exc, _Overdue) and _gone_status(job, exc) is not None:
+            _say(
+                state,
+                f"agenteval: batch judging: the earlier run {run_dir.name} could not confirm "
+                f"creating the batch of {judge.name}, and {judge.base_url_host} lists no "
+                "batches to look it up: submitting one",
+            )
+            return False
+        _save([j for j in jobs if j.batch_id is not None])
+        raise _stop(
+            state,
+            job,
+            exc,
+            f"looking up the batch of {judge.name} that the earlier run {run_dir.name} may "
+            "have created",
+            "no new batch was submitted for it: run the same command again to look again",
+        ) from None
+    if problem is not None:
+        _say(state, f"agenteval: batch judging: not resuming {run_dir.name}: {problem}")
+        return False
+    _say(
+        state,
+        f"agenteval: batch judging: resuming batch {job.batch_id} of {judge.name} "
+        f"({job.total} requests), which the earlier run {run_dir.name} created without "
+        f"learning its id (found by its input file {file_id})",
+    )
+    return True
 
 
 def run_batch_phase(
@@ -1354,6 +1485,8 @@ def run_batch_phase(
                 )
                 continue
             _say(state, f"agenteval: batch judging: not resuming {run_dir.name}: {problem}")
+        if _adopt_unconfirmed(state, job, jobs, failures):
+            continue
         try:
             batch = scheduler.run_coro(submit(job))
         except failures as exc:
