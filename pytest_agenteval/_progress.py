@@ -85,10 +85,19 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def time_left(done: int, total: int, elapsed_s: float) -> float | None:
-    """Seconds left for the *total - done* items at the rate done so far; None until known."""
+def time_left(
+    done: int, total: int, elapsed_s: float, since_first_s: float | None = None
+) -> float | None:
+    """Seconds left for the *total - done* items at the rate done so far; None until known.
+
+    With *since_first_s* (the time since the first item was done), the rate is that of the
+    items done after the first: the time before it (workers starting, collection, the
+    first answers' latency) is paid once, and counted in the rate it made the first
+    estimates of a run under xdist several times too long."""
     if done <= 0 or total <= done or elapsed_s <= 0:
         return None
+    if since_first_s is not None and done >= 2 and since_first_s > 0:
+        return (total - done) * since_first_s / (done - 1)
     return (total - done) * elapsed_s / done
 
 
@@ -112,6 +121,8 @@ class Snapshot:
     batch_done: int = 0
     batch_total: int = 0
     batch_elapsed_s: float = 0.0
+    #: seconds since the first item was done (None before): the rate of time_left
+    since_first_s: float | None = None
 
 
 def status_line(s: Snapshot) -> str:
@@ -139,7 +150,7 @@ def status_line(s: Snapshot) -> str:
         )
     parts.append(f"{s.errors} error" + ("" if s.errors == 1 else "s"))
     parts.append(f"${s.cost_usd:.4f}" + ("+ (unknown rate)" if s.cost_unknown else ""))
-    left = time_left(s.done, total, s.elapsed_s)
+    left = time_left(s.done, total, s.elapsed_s, s.since_first_s)
     parts.append(duration(s.elapsed_s) + (f", ~{duration(left)} left" if left is not None else ""))
     return " · ".join(parts)
 
@@ -264,6 +275,7 @@ class Progress:
         self.fd = _stdout_fd()  # now, outside capture: the terminal pytest writes to
         self.started = clock()
         self.done = 0
+        self.first_done_at: float | None = None
         self.errors = 0
         self.cost = 0.0
         self.cost_unknown = False
@@ -320,7 +332,7 @@ class Progress:
             return
         if isinstance(payload, dict):
             self._seen.add(report.nodeid)
-            self.done += 1
+            self._count_done()
             result = payload.get("result")
             verdict = result.get("verdict") if isinstance(result, dict) else payload.get("verdict")
             self.errors += verdict == "error"
@@ -332,8 +344,13 @@ class Progress:
         elif report.failed and self._ours(report.nodeid):
             # one of ours without a record: a crashed worker, a fixture that raised
             self._seen.add(report.nodeid)
-            self.done += 1
+            self._count_done()
             self.errors += 1
+
+    def _count_done(self) -> None:
+        self.done += 1
+        if self.first_done_at is None:
+            self.first_done_at = self.clock()
 
     def in_flight(self) -> tuple[int | None, bool]:
         """(calls in flight, summed from the xdist workers' reports?); None: not known here."""
@@ -368,6 +385,7 @@ class Progress:
             batch_done=self.batch_done,
             batch_total=self.batch_total,
             batch_elapsed_s=now - self.batch_started if self.batch is not None else 0.0,
+            since_first_s=None if self.first_done_at is None else now - self.first_done_at,
         )
 
     # -- output

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from fakellm import FakeLLMServer, RecordedRequest, Reply
@@ -118,6 +119,33 @@ def test_durations_and_time_left() -> None:
     assert duration(float("nan")) == "?"
     assert time_left(0, 10, 5) is None and time_left(10, 10, 5) is None
     assert time_left(4, 10, 8) == pytest.approx(12)
+    # the rate of the items done after the first: 3 s of workers starting are paid once
+    assert time_left(10, 110, 13, since_first_s=9) == pytest.approx(100)
+    assert time_left(1, 10, 5, since_first_s=0.0) == pytest.approx(45)  # too early: as above
+    started_slowly = Snapshot(done=10, total=110, errors=0, elapsed_s=13, since_first_s=9)
+    assert status_line(started_slowly).endswith("13s, ~1m40s left")
+
+
+def test_time_left_counts_from_the_first_item_done() -> None:
+    """A run under xdist spends its first seconds starting workers: the estimate takes
+    the rate of the items done after the first, not of the whole time so far."""
+    from types import SimpleNamespace
+
+    from pytest_agenteval._progress import Progress
+
+    now = [100.0]
+    state: Any = SimpleNamespace(
+        config=SimpleNamespace(), aggregator=None, rates={}, worker_in_flight={"gw0": 1}
+    )
+    progress = Progress(state, "off", explicit=True, clock=lambda: now[0])
+    assert progress.snapshot().since_first_s is None
+    for i in range(11):
+        now[0] = 110.0 + i  # the first at 10 s (start-up), then one a second
+        report = SimpleNamespace(nodeid=f"t{i}", agenteval={"verdict": "pass"}, failed=False)
+        progress.report(cast(pytest.TestReport, report))
+    snap = progress.snapshot()
+    assert (snap.done, snap.elapsed_s, snap.since_first_s) == (11, 20.0, 10.0)
+    assert time_left(snap.done, 111, snap.elapsed_s, snap.since_first_s) == pytest.approx(100)
 
 
 def test_the_bar_draws_in_one_write_and_gives_up_when_the_terminal_is_resized() -> None:
