@@ -614,9 +614,17 @@ def test_a_batch_created_unconfirmed_is_found_by_its_input_file_and_resumed(
     (entry,) = batch_json(run_dirs(golden)[-1])["batches"]
     assert entry["batch_id"] == made and entry["resumed_from"]["run_dir"] == unconfirmed.name
 
+    listed = _listings(env)
+    assert listed == 2  # two pages, newest first: the batch was past the first
     third = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
     third.assert_outcomes(passed=6)
     assert len([b for b in env.batch.created if env.batch.batches[b].lines]) == 2
+    assert _listings(env) == listed, "a run after the look-up lists the batches again"
+
+
+def _listings(server: FakeLLMServer) -> int:
+    """How many times the provider's batches were listed."""
+    return sum(1 for r in server.requests if r.method == "GET" and r.path.endswith("/batches"))
 
 
 def test_a_create_call_that_made_no_batch_is_looked_up_then_submitted(

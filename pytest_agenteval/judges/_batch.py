@@ -1080,29 +1080,26 @@ def find_resumable(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject] | Non
     return next(((d, e) for d, e in pending if str(e["batch_id"]) not in used), None)
 
 
-def find_unconfirmed(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject, set[str]] | None:
+def find_unconfirmed(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject] | None:
     """The newest earlier run, intact and incomplete, whose call creating the batch of
     these requests failed after it was sent (``create_unconfirmed``), with the input file it
-    recorded (OpenAI's: the only provider whose batches say what they were made from);
-    beside it, every batch id the earlier runs name (a batch one of them holds is theirs)."""
+    recorded (OpenAI's: the only provider whose batches say what they were made from); None
+    once a later run of these requests holds a batch: that run looked the batch up already
+    (and took it over, or found none and submitted one), so it is not listed for again."""
     from ..evidence._chain import verify_run
 
     if job.judge.provider != "openai":
         return None
-    found: tuple[Path, JSONObject] | None = None
-    named: set[str] = set()
     for run_dir, entry in _earlier(job, own_run_dir):
         if isinstance(entry.get("batch_id"), str):
-            named.add(str(entry["batch_id"]))
-        elif (
-            found is None
-            and entry.get("status") == "create_unconfirmed"
-            and isinstance(entry.get("input_file_id"), str)
+            return None
+        if entry.get("status") == "create_unconfirmed" and isinstance(
+            entry.get("input_file_id"), str
         ):
             verdict = verify_run(run_dir)
             if verdict.ok and not verdict.complete:
-                found = (run_dir, entry)
-    return None if found is None else (*found, named)
+                return run_dir, entry
+    return None
 
 
 #: How far before the recorded create attempt a listed batch may say it was created (the
@@ -1392,7 +1389,7 @@ def _adopt_unconfirmed(
     found = find_unconfirmed(job, job.recorder.run_dir)
     if found is None:
         return False
-    run_dir, entry, named = found
+    run_dir, entry = found
     judge, file_id = job.judge, entry.get("input_file_id")
     scheduler = state.scheduler
     try:
@@ -1406,8 +1403,6 @@ def _adopt_unconfirmed(
             )
             return False
         batch_id = str(getattr(batch, "id", ""))
-        if batch_id in named:
-            return False  # a later run took it over, and a complete one used it
         problem = scheduler.run_coro(
             _bounded(job, resume(job, run_dir, {**entry, "batch_id": batch_id}), job.total)
         )
