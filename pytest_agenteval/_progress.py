@@ -86,19 +86,19 @@ def duration(seconds: float) -> str:
 
 
 def time_left(
-    done: int, total: int, elapsed_s: float, since_first_s: float | None = None
+    done: int, total: int, elapsed_s: float, working_s: float | None = None
 ) -> float | None:
     """Seconds left for the *total - done* items at the rate done so far; None until known.
 
-    With *since_first_s* (the time since the first item was done), the rate is that of the
-    items done after the first: the time before it (workers starting, collection, the
-    first answers' latency) is paid once, and counted in the rate it made the first
-    estimates of a run under xdist several times too long."""
-    if done <= 0 or total <= done or elapsed_s <= 0:
+    *working_s*: the time since the items could start (under xdist, since the workers
+    announced their collections), when it is known: the workers' start-up before it is
+    paid once, and counted in the rate it made the first estimates several times too
+    long. (The time since the first item was done is no measure: with many calls in
+    flight the first ones end together, and the rate read from them is far too fast.)"""
+    elapsed = elapsed_s if working_s is None else working_s
+    if done <= 0 or total <= done or elapsed <= 0:
         return None
-    if since_first_s is not None and done >= 2 and since_first_s > 0:
-        return (total - done) * since_first_s / (done - 1)
-    return (total - done) * elapsed_s / done
+    return (total - done) * elapsed / done
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,8 @@ class Snapshot:
     batch_done: int = 0
     batch_total: int = 0
     batch_elapsed_s: float = 0.0
-    #: seconds since the first item was done (None before): the rate of time_left
-    since_first_s: float | None = None
+    #: seconds since the items could start (see time_left), when not the whole elapsed time
+    working_s: float | None = None
 
 
 def status_line(s: Snapshot) -> str:
@@ -150,7 +150,7 @@ def status_line(s: Snapshot) -> str:
         )
     parts.append(f"{s.errors} error" + ("" if s.errors == 1 else "s"))
     parts.append(f"${s.cost_usd:.4f}" + ("+ (unknown rate)" if s.cost_unknown else ""))
-    left = time_left(s.done, total, s.elapsed_s, s.since_first_s)
+    left = time_left(s.done, total, s.elapsed_s, s.working_s)
     parts.append(duration(s.elapsed_s) + (f", ~{duration(left)} left" if left is not None else ""))
     return " · ".join(parts)
 
@@ -275,7 +275,8 @@ class Progress:
         self.fd = _stdout_fd()  # now, outside capture: the terminal pytest writes to
         self.started = clock()
         self.done = 0
-        self.first_done_at: float | None = None
+        #: when the items could start, if later than the start (the xdist workers' collections)
+        self.working_from: float | None = None
         self.errors = 0
         self.cost = 0.0
         self.cost_unknown = False
@@ -332,7 +333,7 @@ class Progress:
             return
         if isinstance(payload, dict):
             self._seen.add(report.nodeid)
-            self._count_done()
+            self.done += 1
             result = payload.get("result")
             verdict = result.get("verdict") if isinstance(result, dict) else payload.get("verdict")
             self.errors += verdict == "error"
@@ -344,13 +345,15 @@ class Progress:
         elif report.failed and self._ours(report.nodeid):
             # one of ours without a record: a crashed worker, a fixture that raised
             self._seen.add(report.nodeid)
-            self._count_done()
+            self.done += 1
             self.errors += 1
 
-    def _count_done(self) -> None:
-        self.done += 1
-        if self.first_done_at is None:
-            self.first_done_at = self.clock()
+    def collected(self) -> None:
+        """An xdist worker announced its collection: until the first item is done, the
+        items can start from now (the time before was the workers' start-up)."""
+        self.recount()
+        if self.done == 0:
+            self.working_from = self.clock()
 
     def in_flight(self) -> tuple[int | None, bool]:
         """(calls in flight, summed from the xdist workers' reports?); None: not known here."""
@@ -385,7 +388,11 @@ class Progress:
             batch_done=self.batch_done,
             batch_total=self.batch_total,
             batch_elapsed_s=now - self.batch_started if self.batch is not None else 0.0,
-            since_first_s=None if self.first_done_at is None else now - self.first_done_at,
+            working_s=(
+                now - self.working_from
+                if self.working_from is not None and self.working_from > self.started
+                else None
+            ),
         )
 
     # -- output
@@ -553,7 +560,7 @@ class ProgressPlugin:
         """A worker's node ids announced (the aggregator took them first): counted now,
         so that the line has its total before the first report."""
         if self.progress is not None:
-            self.progress.recount()
+            self.progress.collected()
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

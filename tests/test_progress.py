@@ -119,16 +119,17 @@ def test_durations_and_time_left() -> None:
     assert duration(float("nan")) == "?"
     assert time_left(0, 10, 5) is None and time_left(10, 10, 5) is None
     assert time_left(4, 10, 8) == pytest.approx(12)
-    # the rate of the items done after the first: 3 s of workers starting are paid once
-    assert time_left(10, 110, 13, since_first_s=9) == pytest.approx(100)
-    assert time_left(1, 10, 5, since_first_s=0.0) == pytest.approx(45)  # too early: as above
-    started_slowly = Snapshot(done=10, total=110, errors=0, elapsed_s=13, since_first_s=9)
+    # the rate since the items could start: 3 s of workers starting are paid once
+    assert time_left(10, 110, 13, working_s=10) == pytest.approx(100)
+    # 16 calls in flight that end together after 10 s: the rate is 16 per 10 s, not a burst
+    assert time_left(16, 1000, 10.0, working_s=10.0) == pytest.approx(615)
+    started_slowly = Snapshot(done=10, total=110, errors=0, elapsed_s=13, working_s=10)
     assert status_line(started_slowly).endswith("13s, ~1m40s left")
 
 
-def test_time_left_counts_from_the_first_item_done() -> None:
+def test_time_left_counts_from_the_workers_collections() -> None:
     """A run under xdist spends its first seconds starting workers: the estimate takes
-    the rate of the items done after the first, not of the whole time so far."""
+    the rate since the last worker announced its collection before the first item."""
     from types import SimpleNamespace
 
     from pytest_agenteval._progress import Progress
@@ -138,14 +139,19 @@ def test_time_left_counts_from_the_first_item_done() -> None:
         config=SimpleNamespace(), aggregator=None, rates={}, worker_in_flight={"gw0": 1}
     )
     progress = Progress(state, "off", explicit=True, clock=lambda: now[0])
-    assert progress.snapshot().since_first_s is None
-    for i in range(11):
-        now[0] = 110.0 + i  # the first at 10 s (start-up), then one a second
+    assert progress.snapshot().working_s is None
+    for at in (103.0, 104.0):  # two workers collected, 4 s after the start
+        now[0] = at
+        progress.collected()
+    for i in range(10):
+        now[0] = 105.0 + i  # one a second from 105 s
         report = SimpleNamespace(nodeid=f"t{i}", agenteval={"verdict": "pass"}, failed=False)
         progress.report(cast(pytest.TestReport, report))
+    now[0] = 114.0
+    progress.collected()  # a crashed worker's replacement: the items had started long ago
     snap = progress.snapshot()
-    assert (snap.done, snap.elapsed_s, snap.since_first_s) == (11, 20.0, 10.0)
-    assert time_left(snap.done, 111, snap.elapsed_s, snap.since_first_s) == pytest.approx(100)
+    assert (snap.done, snap.elapsed_s, snap.working_s) == (10, 14.0, 10.0)
+    assert time_left(snap.done, 110, snap.elapsed_s, snap.working_s) == pytest.approx(100)
 
 
 def test_the_bar_draws_in_one_write_and_gives_up_when_the_terminal_is_resized() -> None:
