@@ -191,9 +191,10 @@ class CalibrationItem(pytest.Item):
         try:
             result = state.scheduler.run_coro(self._grade(judges, request, state.scheduler))
         except ConfigError as exc:
-            pytest.exit(
-                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
-            )
+            from ._grader import stop_at_configuration_error
+
+            why = stop_at_configuration_error(state, self, exc)
+            raise ItemError(f"{self.entry.id}: {why}") from None
         actual = (
             band_verdict(result.score, self.article.bands) if result.score is not None else None
         )

@@ -120,6 +120,31 @@ def _score_property(score: float) -> tuple[str, str]:
     return ("agenteval_score", f"{score:.4f}")
 
 
+#: ``workeroutput`` key: the configuration error that stopped an xdist worker mid-run
+WORKER_STOPPED = "agenteval_stopped"
+#: How the run's stop reason begins when a call found a configuration error
+CONFIGURATION_ERROR = "configuration error: "
+
+
+def stop_at_configuration_error(run: AgentevalState, item: pytest.Item, exc: Exception) -> str:
+    """The run stops at *exc*, a configuration error found by a call (a key refused, a model
+    unknown): no more calls are worth sending. A serial run exits here (a usage error).
+
+    On an xdist worker, ``pytest.exit`` inside an item ends the worker with that item
+    unfinished, which xdist takes for a crash and loses, with the message, in an
+    INTERNALERROR (``assert not crashitem``). The worker instead stops after this item
+    (``session.shouldstop``, which xdist hands to the controller, which then stops the
+    other workers and the run, saying why) and names the error for the controller's exit
+    status (:data:`WORKER_STOPPED`). Returns the message of this item's error."""
+    run.stop_reason = f"{CONFIGURATION_ERROR}{exc}"
+    message = f"agenteval {run.stop_reason}"
+    if not run.is_worker:
+        pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
+    item.session.shouldstop = message
+    item.config.workeroutput[WORKER_STOPPED] = run.stop_reason  # type: ignore[attr-defined]
+    return f"not evaluated: the run stopped ({run.stop_reason})"
+
+
 class Grader:
     """Turns this process's items into records, through the run's scheduler."""
 
@@ -138,10 +163,9 @@ class Grader:
             )
         except ConfigError as exc:
             self.run.scheduler.cancel_pending()  # clients close in close(), on this loop
-            self.run.stop_reason = f"configuration error: {exc}"
-            pytest.exit(
-                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
-            )
+            why = stop_at_configuration_error(self.run, item, exc)
+            item.payload = self.error_payload_for(item, why)
+            raise ItemError(f"{item.scenario.id}: {why}") from None
         item.run = run
         result = run.result
         item.payload = self._payload(item, run)

@@ -33,7 +33,7 @@ import pytest
 
 from ._collect import SubjectItem
 from ._family import Article, Family, Plan
-from ._grader import setup_error_text
+from ._grader import setup_error_text, stop_at_configuration_error
 from ._pairwise import (
     DEFAULT_SWAP_SHARE,
     ComparisonParts,
@@ -312,10 +312,8 @@ class PairwiseRun:
             parts = scheduler.wait(future)
         except ConfigError as exc:
             self.cancel_pending()
-            self.state.stop_reason = f"configuration error: {exc}"
-            pytest.exit(
-                f"agenteval configuration error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR
-            )
+            why = stop_at_configuration_error(self.state, item, exc)
+            raise ItemError(f"{item.scenario.id}: {why}") from None
         except KeyboardInterrupt:
             self.cancel_pending()
             raise

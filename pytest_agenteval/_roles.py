@@ -32,7 +32,7 @@ from ._collect import ScenarioItem, no_subject
 from ._collector import QuietCollector
 from ._cost import WORKER_BUDGET, WORKER_LEDGER, payload_usd
 from ._golden_items import CalibrationItem
-from ._grader import setup_error_text
+from ._grader import CONFIGURATION_ERROR, WORKER_STOPPED, setup_error_text
 from ._run import MADE_AHEAD, made_ahead_fields
 from .evidence._chain import json_safe_record
 
@@ -288,6 +288,9 @@ class AggregatorHooks:
         refused = output.get(WORKER_REFUSED)
         if isinstance(refused, str):  # a worker's usage error (see GraderHooks)
             self.state.stop_reason = WORKER_REFUSED
+        stopped = output.get(WORKER_STOPPED)  # a configuration error a worker's call found
+        if isinstance(stopped, str) and not self.state.stop_reason:
+            self.state.stop_reason = stopped
 
     def _reported(self, worker: str, *records: dict[str, Any]) -> None:
         """What records that reached this process from *worker* cost: its share's spend so
@@ -377,9 +380,10 @@ class AggregatorHooks:
         if self.state.stop_reason == "no subject":
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
-        # a worker's usage error (xdist printed it): a usage error of the run, whose
-        # evidence is kept if another worker had started items meanwhile
-        refused = self.state.stop_reason == WORKER_REFUSED
+        # a worker's usage error, or a configuration error its calls found (xdist printed
+        # it): a usage error of the run, whose evidence is kept if items were graded
+        reason = self.state.stop_reason or ""
+        refused = reason == WORKER_REFUSED or reason.startswith(CONFIGURATION_ERROR)
         if refused:
             session.exitstatus = exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.aggregator.has_work(usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR):

@@ -618,10 +618,13 @@ def test_nothing_heavy_loaded():
     assert result.ret == pytest.ExitCode.OK
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_judge_auth_stop_leaves_every_item_as_an_error(
-    pytester: pytest.Pytester, fake_llm: object, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, fake_llm: object, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
 ) -> None:
-    """A 401 stops the run (no retries) and still leaves the evidence of every item."""
+    """A 401 stops the run (no retries) and still leaves the evidence of every item. Under
+    xdist too: pytest.exit in a worker's item was lost in an INTERNALERROR (xdist took the
+    worker for crashed), with the message naming the variable."""
     from fakellm import FakeLLMServer, Reply
 
     assert isinstance(fake_llm, FakeLLMServer)
@@ -638,13 +641,17 @@ def agenteval_subject():
     return lambda prompt: "I can't help with that. hello team. I am an AI."
 """,
     )
-    result = pytester.runpytest("--bench=demo", "--judge=openai:gpt-4o-mini")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stdout.fnmatch_lines(["*OPENAI_API_KEY*"])
+    run = pytester.runpytest_subprocess if xdist else pytester.runpytest
+    result = run("--bench=demo", "--judge=openai:gpt-4o-mini", *xdist)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-3000:]
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out
+    result.stdout.fnmatch_lines(["*agenteval configuration error: *OPENAI_API_KEY*"])
+    assert "sk-test-not-a-real-key-0000" not in out
     recs = records(pytester)
     assert len(recs) == N_SMOKE
     errors = [r["result"]["error"] for r in recs if r["result"]["verdict"] == "error"]
-    assert errors and all("OPENAI_API_KEY" in e or "configuration" in e for e in errors), errors
+    assert errors and all("OPENAI_API_KEY" in e for e in errors), errors
     summary = json.loads((run_dir(pytester) / "summary.json").read_text())
     assert summary["gate"]["passed"] is False
 
