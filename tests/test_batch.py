@@ -650,7 +650,7 @@ def test_a_create_call_that_made_no_batch_is_looked_up_then_submitted(
     assert len(env.batch.created) == 1
 
 
-@pytest.mark.parametrize("status", [404, 503])
+@pytest.mark.parametrize("status", [404, 405, 501, 503])
 def test_a_look_up_that_fails_stops_the_run_unless_the_server_lists_no_batches(
     golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, status: int
 ) -> None:
@@ -666,9 +666,11 @@ def test_a_look_up_that_fails_stops_the_run_unless_the_server_lists_no_batches(
         fakellm.FakeBatches, "_openai_list", lambda self, query: (status, "not today")
     )
     second = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-timeout=2")
-    if status == 404:
+    if status != 503:  # a server that cannot list them: every rerun would stop the same way
         second.assert_outcomes(passed=6)
-        second.stdout.fnmatch_lines(["*127.0.0.1:* lists no batches to look it up: submitting one"])
+        second.stdout.fnmatch_lines(
+            [f"*127.0.0.1:* lists no batches to look it up ({status}): submitting one"]
+        )
         assert len(env.batch.created) == 2
     else:
         assert second.ret == pytest.ExitCode.INTERRUPTED
@@ -679,6 +681,100 @@ def test_a_look_up_that_fails_stops_the_run_unless_the_server_lists_no_batches(
             ]
         )
         assert len(env.batch.created) == 1
+
+
+def test_each_page_of_a_look_up_has_its_own_deadline(
+    golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three pages of half a second each, under a --judge-deadline of 1.2 s: a bound on the
+    whole listing stopped every rerun once the provider held enough batches."""
+    import time
+
+    import fakellm
+
+    with monkeypatch.context() as late:
+        _late_openai_create(late, creates=True)
+        golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-timeout=0.5")
+    (made,) = env.batch.created
+    for _ in range(250):
+        env.batch._new("openai", [], input_file_id="file-someone-else")
+    listed = fakellm.FakeBatches._openai_list
+
+    def slow(self: Any, query: str) -> tuple[int, Any]:
+        time.sleep(0.5)
+        out: tuple[int, Any] = listed(self, query)
+        return out
+
+    monkeypatch.setattr(fakellm.FakeBatches, "_openai_list", slow)
+    second = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-deadline=1.2")
+    second.assert_outcomes(passed=6)
+    assert _listings(env) == 3
+    assert [b for b in env.batch.created if env.batch.batches[b].lines] == [made]
+
+
+@pytest.mark.parametrize(
+    ("listing", "why"),
+    [
+        ("repeats", "*its listing does not move on from one page to the next*"),
+        ("no id", "*it lists a batch made from that file without an id*"),
+        ("endless", "*it lists more than 200 batches since the attempt*"),
+    ],
+)
+def test_a_look_up_that_cannot_tell_stops_the_run_and_submits_nothing(
+    golden: pytest.Pytester,
+    env: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    listing: str,
+    why: str,
+) -> None:
+    """'No batch made from that file' is said only when the listing reached the upload; a
+    listing that cannot tell (pages repeating, a match without an id, more pages than a
+    look-up reads) stops the run, nothing submitted, rather than pay for a second batch."""
+    import fakellm
+
+    from pytest_agenteval.judges import _batch
+
+    with monkeypatch.context() as late:
+        _late_openai_create(late, creates=True)
+        golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini", "--judge-timeout=0.5")
+    (unconfirmed,) = run_dirs(golden)
+    (made,) = env.batch.created
+    for _ in range(3):  # newer batches of others: the first page does not hold it
+        env.batch._new("openai", [], input_file_id="file-someone-else")
+    listed = fakellm.FakeBatches._openai_list
+    monkeypatch.setattr(_batch, "_LOOK_UP_PAGES", 2)
+
+    def odd(self: Any, query: str) -> tuple[int, Any]:
+        status, body = listed(self, query)
+        if listing == "repeats":  # the same page, "more" after it, whatever "after" says
+            status, body = listed(self, "limit=1")
+            body["has_more"] = True
+        elif listing == "no id":
+            for view in body["data"]:
+                view["id"] = None if view["id"] == made else view["id"]
+        else:  # newer batches than the limit allows, each page full
+            pages.append(query)
+            (view,) = listed(self, "limit=1")[1]["data"]  # the newest batch, as a model
+            body["data"] = [
+                {**view, "id": f"batch_other_{len(pages)}_{i}", "input_file_id": "x"}
+                for i in range(100)
+            ]
+            body["has_more"] = True
+        return status, body
+
+    pages: list[str] = []
+    monkeypatch.setattr(fakellm.FakeBatches, "_openai_list", odd)
+    second = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    assert second.ret == pytest.ExitCode.INTERRUPTED, second.stdout.str()[-2000:]
+    second.stdout.fnmatch_lines(
+        [
+            f"*the earlier run {unconfirmed.name} could not confirm creating the batch of "
+            f"openai:gpt-4o-mini, and whether 127.0.0.1:* holds it cannot be told: {why}"
+            f"Nothing was submitted*move {unconfirmed.name} aside*"
+        ]
+    )
+    assert [b for b in env.batch.created if env.batch.batches[b].lines] == [made]
+    assert len(pages) == (2 if listing == "endless" else 0)  # the pages a look-up reads
 
 
 @pytest.mark.parametrize(

@@ -424,6 +424,8 @@ class Job:
     #: this run cannot name (the call failed after it was sent)
     create_attempted_at: str | None = None
     create_error: str | None = None
+    #: When the provider says it received the input file (OpenAI; its clock, not ours)
+    input_file_created_at: int | None = None
     #: Why the batch's results cannot be had any more (the provider no longer has them)
     lost: str | None = None
 
@@ -470,7 +472,10 @@ class Job:
             "resumed_from": self.resumed_from,
             **({"create_error": self.create_error} if self.create_error else {}),
             **(
-                {"create_attempted_at": self.create_attempted_at}
+                {
+                    "create_attempted_at": self.create_attempted_at,
+                    "input_file_created_at": self.input_file_created_at,
+                }
                 if self.create_attempted_at and self.batch_id is None
                 else {}
             ),
@@ -537,6 +542,8 @@ async def submit(job: Job) -> object:
             job.total,
         )
         job.input_file_id = uploaded.id
+        created = getattr(uploaded, "created_at", None)
+        job.input_file_created_at = created if type(created) is int else None
         job.create_attempted_at = _now()
         # never retried: neither SDK sends an idempotency key, so a retry after a lost
         # answer would create (and bill) a second batch
@@ -1102,38 +1109,68 @@ def find_unconfirmed(job: Job, own_run_dir: Path) -> tuple[Path, JSONObject] | N
     return None
 
 
-#: How far before the recorded create attempt a listed batch may say it was created (the
-#: two clocks differ), and how many batches a look-up reads at most
+#: A look-up lists the provider's batches back to the input file's upload (the provider's
+#: clock), less this slack; back to an hour before the create attempt when the upload time
+#: is unknown (this machine's clock, which may differ)
+_UPLOAD_SLACK_S = 300
 _CLOCK_SLACK_S = 3600.0
-_LOOK_UP_LIMIT = 5_000
+#: Pages of 100 batches a look-up reads at most
+_LOOK_UP_PAGES = 50
+#: Statuses of a listing by which a server says it lists no batches
+_NO_LISTING = frozenset({404, 405, 501})
 
 
-async def look_up(job: Job, entry: JSONObject) -> object | None:
-    """The batch at the provider made from *entry*'s input file (a file this run uploaded,
-    so no other batch is made from it), or None: OpenAI lists batches newest first, and the
-    listing stops at those created before the recorded attempt (less an hour's slack)."""
+async def look_up(job: Job, entry: JSONObject) -> tuple[object | None, str | None]:
+    """The batch at the provider made from *entry*'s input file (a file one run uploaded,
+    so no other batch is made from it): ``(batch, None)``; ``(None, None)`` when the
+    provider holds none; ``(None, why)`` when the listing cannot tell. OpenAI lists batches
+    newest first: the look-up stops at those created before the upload. Each page is
+    bounded by --judge-deadline; at most :data:`_LOOK_UP_PAGES` pages."""
     from ._llm import OpenAIJudge
 
     judge = job.judge
     assert isinstance(judge, OpenAIJudge), "only OpenAI's batches name their input file"
     file_id = entry.get("input_file_id")
     since: float | None = None
+    uploaded = entry.get("input_file_created_at")
     attempted = entry.get("create_attempted_at")
-    if isinstance(attempted, str):
-        with contextlib.suppress(ValueError):
+    if type(uploaded) is int:
+        since = uploaded - _UPLOAD_SLACK_S
+    elif isinstance(attempted, str):
+        with contextlib.suppress(ValueError, OverflowError):
             when = datetime.fromisoformat(attempted.replace("Z", "+00:00"))
             since = when.timestamp() - _CLOCK_SLACK_S
-    seen = 0
-    async for batch in judge.conn.client().batches.list(limit=100):
-        if getattr(batch, "input_file_id", None) == file_id:
-            return batch
-        created = getattr(batch, "created_at", None)
-        seen += 1
-        if seen >= _LOOK_UP_LIMIT or (
-            since is not None and isinstance(created, (int, float)) and created < since
-        ):
-            return None
-    return None
+    client = judge.conn.client()
+    after: str | None = None
+    for _ in range(_LOOK_UP_PAGES):
+        listing = (
+            client.batches.list(limit=100)
+            if after is None
+            else client.batches.list(limit=100, after=after)
+        )
+        page = await _bounded(job, listing)
+        batches = list(getattr(page, "data", None) or [])
+        for batch in batches:
+            if getattr(batch, "input_file_id", None) == file_id:
+                batch_id = getattr(batch, "id", None)
+                if isinstance(batch_id, str) and batch_id:
+                    return batch, None
+                return None, "it lists a batch made from that file without an id"
+            created = getattr(batch, "created_at", None)
+            if (
+                since is not None
+                and isinstance(created, (int, float))
+                and not isinstance(created, bool)
+                and created < since
+            ):
+                return None, None
+        last = getattr(batches[-1], "id", None) if batches else None
+        if not batches or getattr(page, "has_more", None) is False:
+            return None, None
+        if not isinstance(last, str) or last == after:
+            return None, "its listing does not move on from one page to the next"
+        after = last
+    return None, f"it lists more than {100 * _LOOK_UP_PAGES} batches since the attempt"
 
 
 async def resume(job: Job, run_dir: Path, entry: JSONObject) -> str | None:
@@ -1392,14 +1429,25 @@ def _adopt_unconfirmed(
     run_dir, entry = found
     judge, file_id = job.judge, entry.get("input_file_id")
     scheduler = state.scheduler
+    earlier = (
+        f"agenteval: batch judging: the earlier run {run_dir.name} could not confirm creating "
+        f"the batch of {judge.name}"
+    )
     try:
-        batch = scheduler.run_coro(_bounded(job, look_up(job, entry)))
+        batch, undetermined = scheduler.run_coro(look_up(job, entry))
+        if undetermined is not None:
+            _save([j for j in jobs if j.batch_id is not None])
+            raise pytest.Session.Interrupted(
+                f"{earlier}, and whether {judge.base_url_host} holds it cannot be told: "
+                f"{undetermined}. Nothing was submitted. Look there for the batch made from "
+                f"input file {file_id} (cancel it if it exists), then move {run_dir.name} "
+                "aside: the next run submits a new batch"
+            )
         if batch is None:
             _say(
                 state,
-                f"agenteval: batch judging: the earlier run {run_dir.name} could not confirm "
-                f"creating the batch of {judge.name}; {judge.base_url_host} holds no batch made "
-                f"from its input file {file_id}: submitting one",
+                f"{earlier}; {judge.base_url_host} holds no batch made from its input file "
+                f"{file_id}: submitting one",
             )
             return False
         batch_id = str(getattr(batch, "id", ""))
@@ -1407,12 +1455,12 @@ def _adopt_unconfirmed(
             _bounded(job, resume(job, run_dir, {**entry, "batch_id": batch_id}), job.total)
         )
     except failures as exc:
-        if not isinstance(exc, _Overdue) and _gone_status(job, exc) is not None:
+        status = None if isinstance(exc, _Overdue) else job.judge.conn.classify(exc, 1).status
+        if status in _NO_LISTING:
             _say(
                 state,
-                f"agenteval: batch judging: the earlier run {run_dir.name} could not confirm "
-                f"creating the batch of {judge.name}, and {judge.base_url_host} lists no "
-                "batches to look it up: submitting one",
+                f"{earlier}, and {judge.base_url_host} lists no batches to look it up "
+                f"({status}): submitting one",
             )
             return False
         _save([j for j in jobs if j.batch_id is not None])
