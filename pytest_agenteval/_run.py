@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ._checks import Answer, ToolCall
-from ._cost import Budget, BudgetExceeded, Cost, cost_of
+from ._cost import Budget, BudgetExceeded, Cost, cost_of, rate_of
 from ._cost import add as add_cost
 from ._evals import EvalResult, combine_results
 from ._family import Article, Family, Plan
@@ -417,6 +417,16 @@ class _NoLimit:
 NO_LIMIT = _NoLimit()
 
 
+def subject_paid(subject: object, model: str | None, rates: Mapping[str, Any]) -> bool:
+    """May a provider bill *subject*'s calls? A provider subject's, and a Python or command
+    subject's whose name is a model with a rate (it reports the usage of a paid API). Any
+    other's cost nothing the run can know: they are not counted among the paid calls in
+    flight (which a crash or a stop reports), and the budget does not stop them."""
+    from .subjects._hosted import _ProviderSubject
+
+    return isinstance(subject, _ProviderSubject) or rate_of(model, rates) is not None
+
+
 async def run_scenario(
     subject: Callable[..., Any],
     judges: Sequence[Any],
@@ -464,10 +474,11 @@ async def run_scenario(
     # this item's call_tool: the condition's MCP tools, each call recorded
     caller = condition.toolbox.caller() if condition and condition.toolbox else None
     model = getattr(subject, "name", None)
+    paid = subject_paid(subject, model, rates)
 
     async def ask(started: asyncio.Event) -> tuple[SubjectCall, Cost]:
         async with subject_lock, limiter:
-            with budget.reserve(model) as bill:
+            with budget.reserve(model, paid=paid) as bill:
                 context = subject_context(scenario, condition, sample, caller)
                 started.set()
                 call = await call_subject(subject, scenario.input, context)

@@ -514,6 +514,25 @@ def test_the_paid_calls_in_flight_are_counted_with_what_they_are_expected_to_cos
     assert budget.open_calls() == (0, 0.0, 0)  # nothing a provider could bill
 
 
+def test_only_a_subject_a_provider_may_bill_is_a_paid_call() -> None:
+    """A Python subject naming no priced model costs nothing the run can know: its calls in
+    flight when a worker crashed were said to be paid calls a provider may bill (a fault
+    sweep: 4 such calls, none of which reached any provider)."""
+    from pytest_agenteval._run import subject_paid
+    from pytest_agenteval.subjects._hosted import AnthropicSubject, OpenAISubject
+
+    rates = {"priced-model": (1.0, 1.0)}
+
+    def agent(prompt: str) -> str:
+        return prompt
+
+    assert not subject_paid(agent, None, rates)
+    assert not subject_paid(agent, "agent", rates)
+    assert subject_paid(agent, "priced-model", rates)  # it reports a paid API's usage
+    for kind in (OpenAISubject, AnthropicSubject):  # a provider's, priced or not
+        assert subject_paid(kind.__new__(kind), "openai:unpriced", rates)
+
+
 def test_a_paid_call_cancelled_in_flight_stays_counted_and_a_failed_one_does_not() -> None:
     """A call the run cancels (-x, Ctrl-C, its end) was sent and may have been answered: it
     still counts among those a provider may bill once it is no longer in flight (the old
