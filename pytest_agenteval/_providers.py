@@ -71,6 +71,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import email.utils
 import ipaddress
 import json
@@ -443,6 +444,9 @@ class Connection(Generic[ClientT]):
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._failures = 0
         self._open_after: int | None = None
+        #: A configuration failure a call got (a key refused, a model unknown): every later
+        #: call would get it too, and is not sent (calls started ahead kept sending)
+        self._config_failure: ProviderFailure | None = None
 
     @property
     def api_error(self) -> type[Exception]:
@@ -548,6 +552,8 @@ class Connection(Generic[ClientT]):
         open_circuit = self.circuit_failure()
         if open_circuit is not None:
             raise ProviderError(open_circuit)
+        if self._config_failure is not None:
+            raise ProviderError(dataclasses.replace(self._config_failure, attempts=0))
         traffic = _TRAFFIC.get()
         token = None
         if traffic is None:  # a caller that does not track its traffic: count this call's
@@ -563,8 +569,11 @@ class Connection(Generic[ClientT]):
             if token is not None:
                 _TRAFFIC.reset(token)
         if failure is not None:
-            if failure.kind in BREAKER_KINDS and not (recoverable and recoverable(failure)):
+            taken = bool(recoverable and recoverable(failure))  # the caller changes its request
+            if failure.kind in BREAKER_KINDS and not taken:
                 self.note_failure()
+            if failure.kind in CONFIG_KINDS and not taken:
+                self._config_failure = failure
             raise ProviderError(failure)  # outside the handler: no SDK exception in the chain
         self._note_success()
         return result

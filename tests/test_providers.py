@@ -298,6 +298,42 @@ def test_the_error_ladder(
     assert (conn.circuit_failure() is not None) is breaker
 
 
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_after_a_configuration_failure_no_call_is_sent(
+    fake_llm: FakeLLMServer, status: int
+) -> None:
+    """Every later call would get it too: the calls an item started ahead of the one that
+    saw it kept going out (three more after a 404, in a fault sweep)."""
+    fake_llm.set_handler(Reply.error(status, "no"))
+    conn = OpenAIConnection(
+        "model-x",
+        Transport(0.3, max_retries=0),
+        base_url=base_url(fake_llm, "openai"),
+        base_url_option="--x",
+    )
+
+    async def send(client: Any) -> Any:
+        return await client.chat.completions.create(
+            model="model-x", messages=[{"role": "user", "content": "hi"}]
+        )
+
+    async def twice() -> list[ProviderFailure]:
+        failures = []
+        try:
+            for _ in range(2):
+                with pytest.raises(ProviderError) as info:
+                    await conn.call(send)
+                failures.append(info.value.failure)
+        finally:
+            await conn.aclose()
+        return failures
+
+    first, second = asyncio.run(twice())
+    assert fake_llm.count() == 1
+    assert (second.kind, second.text, second.status) == (first.kind, first.text, status)
+    assert (first.attempts, second.attempts) == (1, 0)
+
+
 # --------------------------------------------------------------------------- breaker, Retry-After
 
 
