@@ -285,6 +285,7 @@ class Scheduler:
             if run is not None:
                 self.kept[nodeid] = run
             future.cancel()
+            future.add_done_callback(_settled)
         self.tasks.clear()
 
     def all_made_ahead(self) -> dict[str, ScenarioRun]:
@@ -333,6 +334,7 @@ class Scheduler:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
+                task.add_done_callback(_settled)
             if tasks:  # a task that ignores cancellation cannot hold up the session
                 await asyncio.wait(tasks, timeout=5)
 
@@ -400,6 +402,15 @@ def _run_on_a_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any
         raise
     if raised and isinstance(raised[0], KeyboardInterrupt):
         raise raised[0]
+
+
+def _settled(future: asyncio.Future[Any]) -> None:
+    """A task cancelled with the run may still end with an error (asyncio.wait_for hands on
+    the error of a call that failed just before the cancellation reached it): taken here,
+    as nobody waits for it, or asyncio prints it as 'Task exception was never retrieved'
+    when the task is collected (seen after a 401 stopped a run)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _finished(future: asyncio.Future[ScenarioRun]) -> ScenarioRun | None:

@@ -572,6 +572,33 @@ def test_work_while_waiting_starts_after_the_first_calls_are_written(
     assert ran == ["work"]  # once
 
 
+def test_a_cancelled_run_that_ends_in_an_error_is_not_reported_as_never_retrieved(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """asyncio.wait_for hands on the error of a call that failed just before the
+    cancellation reached it: the task ends with that error, which nobody waits for, and
+    asyncio printed 'Task exception was never retrieved' with its traceback (after a 401)."""
+    import gc
+
+    scheduler = make_scheduler(2)
+    reported: list[object] = []
+    loop = scheduler._ensure_loop()
+    loop.set_exception_handler(lambda loop, context: reported.append(context.get("message")))
+
+    async def fails_when_cancelled() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise RuntimeError("the call's own error") from None
+
+    scheduler.tasks["a"] = scheduler.submit(fails_when_cancelled())
+    scheduler.run_coro(asyncio.sleep(0.01))  # the task waits in its call
+    scheduler.cancel_pending()
+    scheduler.run_coro(asyncio.sleep(0.01))  # it ends, with its error
+    gc.collect()
+    assert reported == []
+
+
 def _warm_up_running(scheduler: Scheduler) -> threading.Event:
     """A warm-up of half a second started on *scheduler* (an item waited for a call until
     it began); the event is set when it ends."""
