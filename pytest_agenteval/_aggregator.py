@@ -496,7 +496,10 @@ class Aggregator:
             if report.failed and NO_SUBJECT in (report.longreprtext or ""):
                 self.run.stop_reason = "no subject"  # a usage error: no evidence to keep
                 return
-            lost = report.failed and report.when not in ("setup", "call", "teardown")
+            lost = report.failed and (
+                getattr(report, "agenteval_crashed", False)  # see pytest_handlecrashitem
+                or report.when not in ("setup", "call", "teardown")
+            )
             ref = self._ref_for(report.nodeid) if report.failed else None
             if ref is not None and report.nodeid not in self.reported:
                 # an item of ours that failed without a grade: xdist's report of a

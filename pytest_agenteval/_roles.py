@@ -303,11 +303,21 @@ class AggregatorHooks:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
         """The item xdist blames for a worker's crash runs again, alone, when other items'
-        calls may have been in flight in that worker (``_distribute.py``)."""
+        calls may have been in flight in that worker (``_distribute.py``).
+
+        A benchmark item the crash leaves without a grade is an ERROR, in pytest's own
+        summary too: xdist reports it failed (``when`` "???", which pytest counts as a
+        failed test); it is reported as failed in its setup, which pytest counts as an
+        error, as every report of ours says."""
         from ._distribute import FedLoadScheduling
 
-        if not isinstance(sched, FedLoadScheduling):
-            return
+        if isinstance(sched, FedLoadScheduling):
+            self._suspect(crashitem, report, sched)
+        if report.outcome == "failed" and self.aggregator.ours(crashitem):
+            report.agenteval_crashed = True
+            report.when = "setup"
+
+    def _suspect(self, crashitem: str, report: Any, sched: Any) -> None:
         graded = crashitem in self.aggregator.reported
         if sched.rerun(crashitem, graded=graded, replaced=_worker_replaced(self.state.config)):
             report.outcome = "rerun"

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -585,7 +586,7 @@ def test_a_cancelled_run_that_ends_in_an_error_is_not_reported_as_never_retrieve
     loop = scheduler._ensure_loop()
     loop.set_exception_handler(lambda loop, context: reported.append(context.get("message")))
 
-    async def fails_when_cancelled() -> None:
+    async def fails_when_cancelled() -> Any:
         try:
             await asyncio.sleep(10)
         except asyncio.CancelledError:
