@@ -322,6 +322,20 @@ class Bill:
         else:
             self.release()
 
+    def charge_grade(self, meta: Mapping[str, object], cost: Cost) -> None:
+        """A judge's call, by its grade's *meta*: as :meth:`charge_used`, except that a
+        call its judge's deadline stopped in flight (``deadline_exceeded``) counts with the
+        calls cancelled in flight: it was sent and may have been answered, and a provider
+        may bill it."""
+        if meta.get("deadline_exceeded") is True and not (
+            cost.prompt_tokens or cost.completion_tokens
+        ):
+            if not self._settled:
+                self.budget._cancelled(self)
+            self.release()
+        else:
+            self.charge_used(cost)
+
     def release(self) -> None:
         """The call failed: out of those in flight, nothing spent."""
         if not self._settled:

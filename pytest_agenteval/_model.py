@@ -449,8 +449,9 @@ class UnrecordedCalls(_Open):
 
     calls: int = Field(
         description="paid calls in flight when the run ended, or cancelled in flight before "
-        "(-x, Ctrl-C, the budget), or abandoned at --subject-timeout and still running; a "
-        "crashed or stopped xdist worker's by the ledger it kept"
+        "(-x, Ctrl-C, the budget), or stopped in flight by --judge-deadline, or abandoned at "
+        "--subject-timeout and still running; a crashed or stopped xdist worker's by the "
+        "ledger it kept"
     )
     usd_at_average: float = Field(
         description="what those calls are expected to cost, at what their models' calls "

@@ -553,6 +553,22 @@ def test_a_paid_call_cancelled_in_flight_stays_counted_and_a_failed_one_does_not
     assert budget.spent == 2.0
 
 
+def test_a_judge_call_its_deadline_stopped_counts_as_one_a_provider_may_bill() -> None:
+    """A judge's call past --judge-deadline is stopped in flight: sent, maybe answered, so
+    a provider may bill it (it was released as a failed call, and the run said nothing);
+    a judge's call that failed otherwise was not billed."""
+    budget = Budget(None)
+    with budget.reserve("m") as bill:
+        bill.charge(Cost(usd=2.0, prompt_tokens=10, completion_tokens=0))
+    nothing = Cost(usd=0.0, prompt_tokens=0, completion_tokens=0)
+    with budget.reserve("m") as bill:
+        bill.charge_grade({"deadline_exceeded": True}, nothing)
+    with budget.reserve("m") as bill:
+        bill.charge_grade({"error": "judge server error 500"}, nothing)
+    assert budget.open_calls() == (1, 2.0, 0)
+    assert budget.spent == 2.0
+
+
 STOPS_AT_THE_THIRD = """\
 import re, time
 

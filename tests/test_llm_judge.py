@@ -626,6 +626,7 @@ def test_row8_deadline(fake_llm: FakeLLMServer, provider: str, kind: str) -> Non
     err = grade_error(judge)  # a hung server answers never: only the deadline ends this
     assert str(err) == "judge timeout after 0.4s"
     assert err.details["attempts"] == 1
+    assert err.details["deadline_exceeded"] is True  # counted as a call a provider may bill
 
 
 # --------------------------------------------------------------------------- row 9: config

@@ -1008,6 +1008,7 @@ class LLMJudge(Generic[ClientT, ReplyT]):
         except asyncio.TimeoutError:
             self.conn.note_failure()
             self._finish_details(details, state, start)
+            details["deadline_exceeded"] = True  # stopped in flight: a provider may bill it
             raise LLMJudgeError(
                 f"judge timeout after {self.settings.deadline_s:g}s", details
             ) from None
