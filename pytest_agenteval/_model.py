@@ -459,10 +459,15 @@ class UnrecordedCalls(_Open):
     )
     calls_unpriced: int = Field(0, description="of those, calls of a model not priced yet")
     workers_crashed: int = Field(0, description="xdist workers that crashed during the run")
+    workers_crashed_without_ledger: int = Field(
+        0,
+        description="of those, workers that kept no ledger (on another host): their paid "
+        "calls in flight are not known (a ledger's are in calls)",
+    )
     calls_in_crashed_workers: int = Field(
         0,
-        description="calls in flight in those workers, by each one's last report (paid "
-        "or not; what they cost is not known)",
+        description="calls in flight in the crashed workers without a ledger, by each "
+        "one's last report (paid or not; what they cost is not known)",
     )
     usd_answered: float = Field(
         0.0,

@@ -271,7 +271,7 @@ class AggregatorHooks:
         if error is not None:  # crashed: xdist may start a replacement
             self.state.worker_shares.crashed(worker)
             self.state.crashed_workers += 1
-            self.state.crashed_in_flight += in_flight  # what it last said it had in flight
+            self.state.crashed_in_flight[worker] = in_flight  # what its last report said
         unrecorded = output.get(WORKER_UNRECORDED)
         if (
             isinstance(unrecorded, list)

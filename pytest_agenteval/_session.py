@@ -291,7 +291,8 @@ class AgentevalState:
         self.worker_unrecorded: dict[str, tuple[int, float, int, float]] = {}
         self.worker_in_flight: dict[str, int] = {}
         self.crashed_workers = 0
-        self.crashed_in_flight = 0
+        #: crashed worker id -> the calls in flight its last report said
+        self.crashed_in_flight: dict[str, int] = {}
         self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
         if isinstance(workerinput.get(WORKER_LEDGER), str):
             self.scheduler.budget.ledger = Ledger.open(workerinput[WORKER_LEDGER])
@@ -390,6 +391,9 @@ class AgentevalState:
         for worker, (n, dollars, not_priced, spent) in accounts.items():
             calls, usd, unpriced = calls + n, usd + dollars, unpriced + not_priced
             answered += unheld_usd(spent, self.worker_shares.spent.get(worker, 0.0))
+        # a crashed worker's ledger says its paid calls in flight (counted above); one that
+        # kept none (on another host) is known only by what its last report said
+        unknown = {w: n for w, n in self.crashed_in_flight.items() if w not in accounts}
         if not calls and not self.crashed_workers and not answered:
             return None
         return {
@@ -397,7 +401,8 @@ class AgentevalState:
             "usd_at_average": round(usd, 10),
             "calls_unpriced": unpriced,
             "workers_crashed": self.crashed_workers,
-            "calls_in_crashed_workers": self.crashed_in_flight,
+            "workers_crashed_without_ledger": len(unknown),
+            "calls_in_crashed_workers": sum(unknown.values()),
             "usd_answered": round(answered, 10),
         }
 

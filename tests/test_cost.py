@@ -850,6 +850,15 @@ def pytest_runtest_logreport(report):  # on a worker, before xdist sends it: a k
         report.agenteval_in_flight = 3
 """
 
+LEDGER_IN_ENV = """
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):  # a worker's ledger, for the subject to remove as it dies
+    import os
+    ledger = getattr(config, "workerinput", {}).get("agenteval_ledger")
+    if ledger:
+        os.environ["AGENT_LEDGER"] = ledger
+"""
+
 CRASHES_ONCE_LATER = """\
 import os
 
@@ -866,15 +875,27 @@ def answer(prompt):
 """
 
 
+@pytest.mark.parametrize("ledger", [True, False], ids=["ledger", "another-host"])
 def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
-    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester,
+    fake_llm: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    ledger: bool,
 ) -> None:
     """A worker that dies takes its calls in flight with it, unreported: the summary says a
-    worker crashed, and counts the calls its last report said it had in flight (at least
-    those; their cost is not known)."""
+    worker crashed. Its ledger says which of them were paid calls (counted with the calls
+    a provider may bill); a worker that kept none (on another host: here, its ledger is
+    removed as it dies) is known by what its last report said it had in flight (3 here;
+    their cost is not known). With a ledger, that count was said as well, as unknown."""
     judged_family(pytester, fake_llm, monkeypatch, 24, delay_s=0.5)
-    pytester.makepyfile(agent=CRASHES_ONCE_LATER)
-    pytester.makeconftest(IN_FLIGHT_THREE)  # what timing would otherwise decide
+    agent = CRASHES_ONCE_LATER
+    if not ledger:
+        agent = agent.replace(
+            "        os._exit(3)",
+            "        os.remove(os.environ['AGENT_LEDGER'])\n        os._exit(3)",
+        )
+    pytester.makepyfile(agent=agent)
+    pytester.makeconftest(IN_FLIGHT_THREE + LEDGER_IN_ENV)  # what timing would otherwise decide
     result = pytester.runpytest_subprocess(
         "speed",
         "-n",
@@ -886,10 +907,20 @@ def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     unrecorded = json.loads(summary.read_text())["cost"].get("unrecorded")
     assert unrecorded is not None, result.stdout.str()
-    assert (unrecorded["workers_crashed"], unrecorded["calls_in_crashed_workers"]) == (1, 3)
-    result.stdout.fnmatch_lines(
-        ["not in the cost above, a provider may bill: *the calls in flight in * crashed worker*"]
-    )
+    if not ledger:
+        assert (unrecorded["workers_crashed"], unrecorded["calls_in_crashed_workers"]) == (1, 3)
+        assert unrecorded["workers_crashed_without_ledger"] == 1
+        result.stdout.fnmatch_lines(
+            [
+                "not in the cost above, a provider may bill: *the calls in flight in 1 crashed "
+                "worker that kept no ledger (3 by their last reports, paid or not; not priced)"
+            ]
+        )
+    else:  # its paid calls in flight (the judge's, $1 each) are in calls, by its ledger
+        assert unrecorded["workers_crashed"] == 1
+        assert unrecorded["workers_crashed_without_ledger"] == 0
+        assert unrecorded["calls_in_crashed_workers"] == 0
+        assert "that kept no ledger" not in result.stdout.str()
 
 
 def test_with_two_conditions_the_runs_unrecorded_calls_are_said_once(

@@ -494,7 +494,8 @@ def _write_unrecorded_line(
             f"${answered:.4f} of answered calls no record holds (their items stopped while "
             "being graded, or calls abandoned at the timeout that answered later)"
         )
-    workers = int(unrecorded.get("workers_crashed") or 0)
+    # a crashed worker's ledger said its paid calls in flight: they are in calls above
+    workers = int(unrecorded.get("workers_crashed_without_ledger") or 0)
     if workers:
         known = int(unrecorded.get("calls_in_crashed_workers") or 0)
         how_many = (
@@ -502,8 +503,10 @@ def _write_unrecorded_line(
         )
         parts.append(
             f"the calls in flight in {workers} crashed worker{'s' if workers != 1 else ''} "
-            f"({how_many}; not priced)"
+            f"that kept no ledger ({how_many}; not priced)"
         )
+    if not parts:  # crashed workers whose ledgers said no paid call was in flight
+        return
     where = "the cost above" if families == 1 else f"any of the {families} costs above"
     tr.write_line(f"not in {where}, a provider may bill: " + "; ".join(parts), yellow=True)
 
