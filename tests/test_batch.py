@@ -683,6 +683,23 @@ def test_a_look_up_that_fails_stops_the_run_unless_the_server_lists_no_batches(
         assert len(env.batch.created) == 1
 
 
+def test_earlier_runs_of_one_second_are_ordered_by_their_start(tmp_path: Path) -> None:
+    """Two runs started within one second share their names' stamp and then sort by hash:
+    the newer is found by its manifest's start, in milliseconds."""
+    from pytest_agenteval.judges._batch import _newest_first
+
+    starts = {
+        "20261202T081052Z-ffff": "2026-12-02T08:10:52.100Z",
+        "20261202T081052Z-0000": "2026-12-02T08:10:52.900Z",
+        "20261202T081051Z-zzzz": "2026-12-02T08:10:51.999Z",
+    }
+    for name, started in starts.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"started_at": started}))
+    ordered = [p.name for p in _newest_first(list(tmp_path.iterdir()))]
+    assert ordered == ["20261202T081052Z-0000", "20261202T081052Z-ffff", "20261202T081051Z-zzzz"]
+
+
 def test_each_page_of_a_look_up_has_its_own_deadline(
     golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
