@@ -73,6 +73,7 @@ import contextlib
 import contextvars
 import dataclasses
 import email.utils
+import hashlib
 import ipaddress
 import json
 import math
@@ -80,6 +81,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import (
     TYPE_CHECKING,
@@ -420,6 +422,60 @@ ClientT = TypeVar("ClientT", bound=_Client)
 R = TypeVar("R")
 
 
+class SharedBreaker:
+    """The circuit breaker of one connection across the xdist workers of a run on one host.
+
+    Each worker writes its count of consecutive failures in a file of its own
+    (``breaker-<key>-<worker>``); the circuit opens for every worker once their sum reaches
+    the threshold (``breaker-<key>.open``, holding that sum), as one process's would: a
+    provider that is down is found out after as many failures under ``-n`` as without it.
+    *folder* is the run's (the xdist workers' ledger folder); a worker on another host has
+    none, and its breaker stays its own."""
+
+    def __init__(self, folder: Path, worker: str, key: str) -> None:
+        self.folder, self.key = folder, key
+        self._mine = folder / f"breaker-{key}-{worker}"
+        self._open = folder / f"breaker-{key}.open"
+        self._written = 0
+
+    def note(self, failures: int, threshold: int) -> int | None:
+        """This worker's consecutive *failures* now: the run's sum when it opens the circuit."""
+        if failures == self._written:
+            return None
+        self._written = failures
+        with contextlib.suppress(OSError):
+            self._mine.write_text(str(failures))
+        if not failures:
+            return None
+        total = 0
+        for slot in self.folder.glob(f"breaker-{self.key}-*"):
+            with contextlib.suppress(OSError, ValueError):
+                total += max(0, int(slot.read_text() or 0))
+        if total < threshold:
+            return None
+        with contextlib.suppress(OSError):
+            self._open.write_text(str(total))
+        return total
+
+    def opened(self) -> int | None:
+        """The run's count of failures when another worker opened the circuit, or None."""
+        try:
+            return max(1, int(self._open.read_text() or 0))
+        except (OSError, ValueError):
+            return None
+
+
+#: Where this process shares its connections' breakers (an xdist worker: its run's
+#: folder and its id), set by the plugin; None: each connection's breaker is its own
+_SHARED_BREAKERS: tuple[Path, str] | None = None
+
+
+def share_breakers(folder: Path | None, worker: str = "") -> None:
+    """Share the breakers of the connections made from now on in *folder* (None: stop)."""
+    global _SHARED_BREAKERS
+    _SHARED_BREAKERS = None if folder is None else (folder, worker)
+
+
 class Connection(Generic[ClientT]):
     """One model at one endpoint with one credential: its client, breaker and ladder.
 
@@ -444,6 +500,12 @@ class Connection(Generic[ClientT]):
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._failures = 0
         self._open_after: int | None = None
+        self._shared: SharedBreaker | None = None
+        if _SHARED_BREAKERS is not None:
+            folder, worker = _SHARED_BREAKERS
+            identity = f"{self.provider.name}|{self.base_url}|{model}|{self.credential.variable}"
+            key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+            self._shared = SharedBreaker(folder, worker, key)
         #: A configuration failure a call got (a key refused, a model unknown): every later
         #: call would get it too, and is not sent (calls started ahead kept sending)
         self._config_failure: ProviderFailure | None = None
@@ -519,15 +581,22 @@ class Connection(Generic[ClientT]):
     def note_failure(self) -> None:
         """One more consecutive provider failure (a judge's deadline counts too)."""
         self._failures += 1
-        if self._open_after is None and self._failures >= self.transport.breaker_threshold:
+        threshold = self.transport.breaker_threshold
+        if self._open_after is None and self._failures >= threshold:
             self._open_after = self._failures
+        if self._open_after is None and self._shared is not None:
+            self._open_after = self._shared.note(self._failures, threshold)
 
     def _note_success(self) -> None:
         if self._open_after is None:
             self._failures = 0
+            if self._shared is not None:
+                self._shared.note(0, self.transport.breaker_threshold)
 
     def circuit_failure(self) -> ProviderFailure | None:
         """The failure every call gets once the circuit is open; None while closed."""
+        if self._open_after is None and self._shared is not None:
+            self._open_after = self._shared.opened()  # opened by another worker
         if self._open_after is None:
             return None
         return ProviderFailure(

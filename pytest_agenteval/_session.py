@@ -296,6 +296,12 @@ class AgentevalState:
         self.scheduler = Scheduler(concurrency, Budget(budget, of_run=run.max_cost), self.rates)
         if isinstance(workerinput.get(WORKER_LEDGER), str):
             self.scheduler.budget.ledger = Ledger.open(workerinput[WORKER_LEDGER])
+            if self.scheduler.budget.ledger is not None:  # the run's folder is on this host:
+                # the connections' circuit breakers count the failures of every worker
+                from ._providers import share_breakers
+
+                folder = Path(workerinput[WORKER_LEDGER]).parent
+                share_breakers(folder, str(workerinput.get("workerid", "")))
         #: the controller's folder of its workers' ledgers: a worker that did not hand over
         #: its account as it finished (crashed, stopped) is known by its ledger at the end
         self.ledger_dir: Path | None = None
@@ -670,6 +676,10 @@ class AgentevalState:
         """Close clients that subjects and judges hold, then the event loop (the calls still
         in flight cancelled first)."""
         self.scheduler.stop_calls()
+        if self.scheduler.budget.ledger is not None:
+            from ._providers import share_breakers
+
+            share_breakers(None)
         closers = [getattr(obj, "aclose", None) for obj in (self._subject, *(self._judges or []))]
         for closer in closers:
             if callable(closer):

@@ -875,6 +875,33 @@ def answer(prompt):
 """
 
 
+def test_a_provider_down_is_found_out_after_as_many_failures_under_xdist(
+    pytester: pytest.Pytester, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The circuit breaker opens after 5 consecutive failures: of the run, not of each
+    worker (which let 5 per worker reach a provider that is down). 24 items, a judge that
+    answers 503, one call in flight per worker: at most 5 calls, and the one the other
+    worker had in flight as the circuit opened."""
+    from fakellm import Reply
+
+    judged_family(pytester, fake_llm, monkeypatch, 24)
+    fake_llm.set_handler(Reply.error(503, "down"))
+    pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
+    result = pytester.runpytest_subprocess(
+        "speed",
+        "-n",
+        "2",
+        "--subject=agent:answer",
+        "--judge=openai:m",
+        "--judge-max-retries=0",
+        "--agenteval-concurrency=2",
+    )
+    assert "circuit open after" in result.stdout.str() + "".join(
+        p.read_text() for p in (pytester.path / ".agenteval").rglob("results.jsonl")
+    )
+    assert fake_llm.count() <= 6, fake_llm.count()
+
+
 @pytest.mark.parametrize("ledger", [True, False], ids=["ledger", "another-host"])
 def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
     pytester: pytest.Pytester,

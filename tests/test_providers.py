@@ -337,6 +337,37 @@ def test_after_a_configuration_failure_no_call_is_sent(
 # --------------------------------------------------------------------------- breaker, Retry-After
 
 
+def test_workers_share_one_circuit_breaker(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under xdist each worker's connection counts its own consecutive failures; the circuit
+    opens for all once their sum reaches the threshold (3 + 2 here), as one process's would;
+    a success resets only its worker's count."""
+    from pytest_agenteval import _providers
+
+    def connection(worker: str) -> OpenAIConnection:
+        monkeypatch.setattr(_providers, "_SHARED_BREAKERS", (tmp_path, worker))
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        return OpenAIConnection(
+            "model-x",
+            Transport(1.0, breaker_threshold=5),
+            base_url="http://127.0.0.1:9/v1",
+            base_url_option="--x",
+        )
+
+    first, second = connection("gw0"), connection("gw1")
+    for _ in range(3):
+        first.note_failure()
+    second.note_failure()
+    second._note_success()  # its count starts again: 3 + 0
+    second.note_failure()
+    assert first.circuit_failure() is None and second.circuit_failure() is None
+    second.note_failure()  # 3 + 2
+    opened = first.circuit_failure()
+    assert opened is not None and "circuit open after 5 consecutive" in opened.text
+    assert second.circuit_failure() is not None
+    other = connection("gw2")  # a replacement worker, or a later call's connection
+    assert other.circuit_failure() is not None
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_consecutive_provider_failures_open_the_circuit_on_both_sides(
     fake_llm: FakeLLMServer, role: str
