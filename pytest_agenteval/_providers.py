@@ -242,6 +242,9 @@ class Traffic:
     attempts: int = 0
     statuses: list[int] = field(default_factory=list)
     retry_after_capped: int = 0
+    #: requests cancelled (a deadline, the run's stop) after they were sent and before
+    #: their answer: the provider got them, and may bill them
+    cut_off: int = 0
 
 
 _TRAFFIC: contextvars.ContextVar[Traffic | None] = contextvars.ContextVar(
@@ -298,11 +301,37 @@ class _HttpResponse(Protocol):
     def status_code(self) -> int: ...
 
 
+def _tracer(traffic: Traffic) -> Callable[[str, Mapping[str, object]], Awaitable[None]]:
+    """httpcore's ``trace`` extension for one request: counts it in *traffic*'s cut_off
+    when it is cancelled after its headers went out (waiting for its answer, or reading
+    one that trickles in); a refused connection, or a wait between retries, sent nothing
+    a provider could bill."""
+    sent = counted = False
+
+    async def trace(event: str, info: Mapping[str, object]) -> None:
+        nonlocal sent, counted
+        if event.endswith("send_request_headers.started"):
+            sent = True
+        elif (
+            event.endswith(".failed")
+            and sent
+            and not counted
+            and isinstance(info.get("exception"), asyncio.CancelledError)
+        ):
+            counted = True
+            traffic.cut_off += 1
+
+    return trace
+
+
 def _event_hooks(cap: float) -> dict[str, list[Callable[..., Awaitable[None]]]]:
     async def on_request(request: object) -> None:
         traffic = _TRAFFIC.get()
         if traffic is not None:
             traffic.attempts += 1
+            extensions = getattr(request, "extensions", None)
+            if isinstance(extensions, dict) and "trace" not in extensions:
+                extensions["trace"] = _tracer(traffic)
 
     async def on_response(response: _HttpResponse) -> None:
         capped = cap_retry_after(response.headers, cap)

@@ -353,15 +353,7 @@ def test_a_crashed_workers_replacement_does_not_get_a_fresh_share(
     judged_family(pytester, fake_llm, monkeypatch, 30, delay_s=0.05)
     pytester.makepyfile(agent=CRASHING)
     pytester.makeconftest(BUDGET_SPY)
-    pytester.runpytest_subprocess(
-        "speed",
-        "-n",
-        "2",
-        "--subject=agent:answer",
-        "--judge=openai:m",
-        "--agenteval-concurrency=2",
-        "--agenteval-max-cost=20",
-    )
+    speed_under_two_workers(pytester, "--agenteval-concurrency=2", "--agenteval-max-cost=20")
     given = dict(line.split() for line in (pytester.path / "budgets.log").read_text().splitlines())
     assert given["gw0"] == given["gw1"] == "10.0"
     replacements = {k: float(v) for k, v in given.items() if k not in ("gw0", "gw1")}
@@ -698,6 +690,14 @@ def test_a_paid_answer_whose_judging_a_stop_cancelled_is_said_beside_the_cost(
     )
 
 
+def speed_under_two_workers(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """The family "speed" run in a subprocess under -n 2: the subject agent:answer, the
+    judge openai:m, and *args*."""
+    return pytester.runpytest_subprocess(
+        "speed", "-n", "2", "--subject=agent:answer", "--judge=openai:m", *args
+    )
+
+
 def twenty_under_two_workers(
     pytester: pytest.Pytester,
     fake_llm: FakeLLMServer,
@@ -887,15 +887,7 @@ def test_a_provider_down_is_found_out_after_as_many_failures_under_xdist(
     judged_family(pytester, fake_llm, monkeypatch, 24)
     fake_llm.set_handler(Reply.error(503, "down"))
     pytester.makepyfile(agent="def answer(prompt):\n    return 'An answer to: ' + prompt\n")
-    result = pytester.runpytest_subprocess(
-        "speed",
-        "-n",
-        "2",
-        "--subject=agent:answer",
-        "--judge=openai:m",
-        "--judge-max-retries=0",
-        "--agenteval-concurrency=2",
-    )
+    result = speed_under_two_workers(pytester, "--judge-max-retries=0", "--agenteval-concurrency=2")
     assert "circuit open after" in result.stdout.str() + "".join(
         p.read_text() for p in (pytester.path / ".agenteval").rglob("results.jsonl")
     )
@@ -923,14 +915,7 @@ def test_the_calls_a_crashed_worker_had_in_flight_are_said_beside_the_cost(
         )
     pytester.makepyfile(agent=agent)
     pytester.makeconftest(IN_FLIGHT_THREE + LEDGER_IN_ENV)  # what timing would otherwise decide
-    result = pytester.runpytest_subprocess(
-        "speed",
-        "-n",
-        "2",
-        "--subject=agent:answer",
-        "--judge=openai:m",
-        "--agenteval-concurrency=8",
-    )
+    result = speed_under_two_workers(pytester, "--agenteval-concurrency=8")
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
     unrecorded = json.loads(summary.read_text())["cost"].get("unrecorded")
     assert unrecorded is not None, result.stdout.str()

@@ -629,6 +629,28 @@ def test_row8_deadline(fake_llm: FakeLLMServer, provider: str, kind: str) -> Non
     assert err.details["deadline_exceeded"] is True  # counted as a call a provider may bill
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("kind", ["refused", "rate-limited"])
+def test_a_deadline_between_attempts_cut_off_no_call(
+    fake_llm: FakeLLMServer, provider: str, kind: str
+) -> None:
+    """A deadline that fires while the SDK waits to retry (a refused connection, a 429 with
+    Retry-After) stops no request on its way: nothing for a provider to bill."""
+    import socket
+
+    kw: dict[str, Any] = {"deadline_s": 0.6, "max_retries": 5, "retry_after_cap_s": 5.0}
+    if kind == "refused":
+        with socket.socket() as sock:  # a port nothing listens on
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        kw["base_url"] = f"http://127.0.0.1:{port}" + ("/v1" if provider == "openai" else "")
+    else:
+        fake_llm.set_handler(Reply.rate_limited(retry_after=3))
+    err = grade_error(judge_for(fake_llm, provider, **kw))
+    assert str(err) == "judge timeout after 0.6s"
+    assert "deadline_exceeded" not in err.details
+
+
 # --------------------------------------------------------------------------- row 9: config
 
 

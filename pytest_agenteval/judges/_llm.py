@@ -1008,7 +1008,8 @@ class LLMJudge(Generic[ClientT, ReplyT]):
         except asyncio.TimeoutError:
             self.conn.note_failure()
             self._finish_details(details, state, start)
-            details["deadline_exceeded"] = True  # stopped in flight: a provider may bill it
+            if state.cut_off:  # a request was on its way: the provider may bill it
+                details["deadline_exceeded"] = True
             raise LLMJudgeError(
                 f"judge timeout after {self.settings.deadline_s:g}s", details
             ) from None
