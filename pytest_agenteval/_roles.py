@@ -313,7 +313,8 @@ class AggregatorHooks:
 
         if isinstance(sched, FedLoadScheduling):
             self._suspect(crashitem, report, sched)
-        if report.outcome == "failed" and self.aggregator.ours(crashitem):
+        graded = crashitem in self.aggregator.reported  # a crash after it: its grade stands
+        if report.outcome == "failed" and not graded and self.aggregator.ours(crashitem):
             report.agenteval_crashed = True
             report.when = "setup"
 

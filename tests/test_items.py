@@ -305,6 +305,38 @@ def test_a_crash_after_an_items_grade_leaves_its_grade_standing(pytester: pytest
     assert "the crash is this item's" in by_id["c01"]["error"]
 
 
+DIES_IN_A_TEARDOWN = """\
+import os
+import pytest
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return lambda prompt: "I can't help with that."
+
+@pytest.fixture(autouse=True)
+def dies_once(request):
+    yield
+    if request.node.name == "c03" and not os.path.exists("died.flag"):
+        open("died.flag", "w").close()
+        os._exit(3)  # c03 is graded: the worker dies in its teardown
+"""
+
+
+@pytest.mark.parametrize("dist", ["loadfile", "worksteal"])
+def test_a_crash_after_a_grade_fails_nothing_under_xdists_own_schedulers(
+    pytester: pytest.Pytester, dist: str
+) -> None:
+    """Under --dist loadfile or worksteal (xdist's, not the plugin's), a worker that dies
+    after its item was graded leaves that grade standing: the run passes. Reported as an
+    error, the crash made a passing run exit 1 (a hostile review)."""
+    flat_family(pytester, "crash", 8)
+    pytester.makeconftest(DIES_IN_A_TEARDOWN)
+    result = pytester.runpytest("--bench=crash", "-n", "2", f"--dist={dist}")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    by_id = {r["scenario_id"]: r["result"]["verdict"] for r in records(pytester)}
+    assert by_id["c03"] == "pass" and len(by_id) == 8
+
+
 HANGS_ON_HUMAN = """\
 import asyncio, time
 import pytest
