@@ -278,6 +278,14 @@ class Budget:
                 self._note()
         return Bill(self, key, paid)
 
+    def refuse_if_spent(self, model: str | None) -> None:
+        """Before a call that is not counted as paid (a Python subject naming no priced
+        model): refused all the same (:class:`BudgetExceeded`) once the budget is spent,
+        unless its model's calls so far cost nothing; it may report a paid API's usage."""
+        if not self._free(model or ""):
+            with self._lock:
+                self.check(0.0)
+
     def charge(self, cost: Cost) -> None:
         """What a call that was not announced cost (a batch's answers)."""
         if cost.usd:
@@ -389,6 +397,9 @@ class Ledger:
 
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # an account from the start: a worker that dies before its first paid call kept a
+        # ledger all the same (an empty file read as none: "how many is not known")
+        self.write(0, 0.0, 0, 0.0)
 
     @classmethod
     def open(cls, path: str) -> Ledger | None:

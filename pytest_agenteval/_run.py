@@ -478,6 +478,8 @@ async def run_scenario(
 
     async def ask(started: asyncio.Event) -> tuple[SubjectCall, Cost]:
         async with subject_lock, limiter:
+            if not paid:
+                budget.refuse_if_spent(model)
             with budget.reserve(model, paid=paid) as bill:
                 context = subject_context(scenario, condition, sample, caller)
                 started.set()

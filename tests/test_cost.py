@@ -506,6 +506,21 @@ def test_the_paid_calls_in_flight_are_counted_with_what_they_are_expected_to_cos
     assert budget.open_calls() == (0, 0.0, 0)  # nothing a provider could bill
 
 
+def test_a_subject_not_counted_as_paid_is_still_stopped_once_the_budget_is_spent() -> None:
+    """An unnamed Python subject may report a paid API's usage: not counted in flight, it
+    is still refused once the budget is spent (it was called for every item left, in a
+    hostile review: 12 calls where 3 were made before), unless its calls cost nothing."""
+    budget = Budget(1.0)
+    budget.refuse_if_spent(None)  # within the budget
+    with budget.reserve("judge") as bill:
+        bill.charge(Cost(usd=1.0, prompt_tokens=10, completion_tokens=0))
+    with pytest.raises(BudgetExceeded):
+        budget.refuse_if_spent(None)
+    with budget.reserve("free", paid=False) as bill:
+        bill.charge(Cost(usd=0.0, prompt_tokens=0, completion_tokens=0))
+    budget.refuse_if_spent("free")  # its calls cost nothing: nothing to stop it for
+
+
 def test_only_a_subject_a_provider_may_bill_is_a_paid_call() -> None:
     """A Python subject naming no priced model costs nothing the run can know: its calls in
     flight when a worker crashed were said to be paid calls a provider may bill (a fault
@@ -831,6 +846,7 @@ def test_a_ledger_keeps_the_last_account_and_refuses_what_is_not_one(tmp_path: P
 
     ledger = Ledger.open(str(tmp_path / "gw0"))
     assert ledger is not None
+    assert Ledger.read(tmp_path / "gw0") == (0, 0.0, 0, 0.0)  # an account before any call
     ledger.write(12, 1.5e-5, 3, 0.1 + 0.2)
     ledger.write(2, 0.5, 0, 3.0)  # rewritten in place, shorter: the old line is gone
     assert Ledger.read(tmp_path / "gw0") == (2, 0.5, 0, 3.0)
