@@ -516,8 +516,8 @@ class Aggregator:
                     else f"errored before a grade: {last_line(report.longreprtext)}"
                 )
                 self._ingest(error_record(self.run, ref, why, self.run.subject_name()))
-            elif report.failed and report.when in ("setup", "call"):
-                self.other_failures += 1
+            elif report.failed and report.when in ("setup", "call") and not lost:
+                self.other_failures += 1  # (a crashed calibration item is the calibration's)
             elif report.skipped and report.nodeid not in self.reported:
                 self._record_skip(report)
             return

@@ -176,7 +176,9 @@ class Scheduler:
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """Start *coro* on the loop; it runs whenever the loop does (:meth:`wait`)."""
-        return self._ensure_loop().create_task(_guarded(coro))
+        task = self._ensure_loop().create_task(_guarded(coro))
+        task.add_done_callback(_settled)  # cancelled and never waited for, it may still err
+        return task
 
     def wait(self, future: asyncio.Future[T]) -> T:
         """*future*'s result, running the loop on this thread until it is done; Ctrl-C here
@@ -285,7 +287,6 @@ class Scheduler:
             if run is not None:
                 self.kept[nodeid] = run
             future.cancel()
-            future.add_done_callback(_settled)
         self.tasks.clear()
 
     def all_made_ahead(self) -> dict[str, ScenarioRun]:
