@@ -485,8 +485,8 @@ def _write_unrecorded_line(
         if unpriced and calls > unpriced:
             price += f", {unpriced} not priced"
         parts.append(
-            f"{calls} paid call{'s' if calls != 1 else ''} in flight at the end, cancelled or "
-            f"abandoned ({price})"
+            f"{calls} paid call{'s' if calls != 1 else ''} cut off in flight (cancelled, "
+            f"abandoned, or stopped by the judge's deadline) ({price})"
         )
     answered = float(unrecorded.get("usd_answered") or 0.0)
     if answered:
