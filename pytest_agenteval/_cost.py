@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import math
 import os
 import threading
@@ -305,6 +306,19 @@ class Budget:
             self._note()
 
 
+@dataclass
+class Wire:
+    """What one paid call put on the wire, as the provider connections' HTTP hooks saw it:
+    requests started, and those cut off after they were sent (before their answer ended)."""
+
+    requests: int = 0
+    cut_off: int = 0
+
+
+#: The wire of the :class:`Bill` open in this context (its call's requests count here)
+WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("agenteval_wire", default=None)
+
+
 class Bill:
     """One call announced to the :class:`Budget`; a context manager that, on leaving,
     takes the call out of those in flight unless :meth:`charge` settled it."""
@@ -314,6 +328,8 @@ class Bill:
         self.model = model
         self.paid = paid
         self._settled = False
+        self._wire: Wire | None = None
+        self._token: contextvars.Token[Wire | None] | None = None
 
     def charge(self, cost: Cost) -> None:
         """Settle with what the call cost (once; a second settlement does nothing)."""
@@ -351,11 +367,22 @@ class Bill:
             self.budget._settle(self, None)
 
     def __enter__(self) -> Bill:
+        self._wire = Wire()
+        self._token = WIRE.set(self._wire)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if self._token is not None:
+            with contextlib.suppress(ValueError):  # left in another context: nothing to undo
+                WIRE.reset(self._token)
+            self._token = None
         if not self._settled and kind is not None and issubclass(kind, _CANCELLED):
-            self.budget._cancelled(self)  # sent, maybe answered: a provider may bill it
+            wire = self._wire
+            # sent, maybe answered: a provider may bill it; unless the connections saw its
+            # requests and none was on its way (a refused connection, a wait to retry). A
+            # call they did not see (a Python subject's own client) may have been sent.
+            if wire is None or not wire.requests or wire.cut_off:
+                self.budget._cancelled(self)
         self.release()
 
 

@@ -95,6 +95,7 @@ from typing import (
 )
 from urllib.parse import urlsplit
 
+from ._cost import WIRE, Wire
 from ._vocab import AgentevalError
 from .evidence._redact import Redactor, endpoint
 from .judges._injection import snippet
@@ -301,11 +302,13 @@ class _HttpResponse(Protocol):
     def status_code(self) -> int: ...
 
 
-def _tracer(traffic: Traffic) -> Callable[[str, Mapping[str, object]], Awaitable[None]]:
-    """httpcore's ``trace`` extension for one request: counts it in *traffic*'s cut_off
-    when it is cancelled after its headers went out (waiting for its answer, or reading
-    one that trickles in); a refused connection, or a wait between retries, sent nothing
-    a provider could bill."""
+def _tracer(
+    traffic: Traffic | None, wire: Wire | None
+) -> Callable[[str, Mapping[str, object]], Awaitable[None]]:
+    """httpcore's ``trace`` extension for one request: counts it in *traffic*'s and
+    *wire*'s cut_off when it is cancelled after its headers went out (waiting for its
+    answer, or reading one that trickles in); a refused connection, or a wait between
+    retries, sent nothing a provider could bill."""
     sent = counted = False
 
     async def trace(event: str, info: Mapping[str, object]) -> None:
@@ -319,19 +322,23 @@ def _tracer(traffic: Traffic) -> Callable[[str, Mapping[str, object]], Awaitable
             and isinstance(info.get("exception"), asyncio.CancelledError)
         ):
             counted = True
-            traffic.cut_off += 1
+            for counter in (traffic, wire):
+                if counter is not None:
+                    counter.cut_off += 1
 
     return trace
 
 
 def _event_hooks(cap: float) -> dict[str, list[Callable[..., Awaitable[None]]]]:
     async def on_request(request: object) -> None:
-        traffic = _TRAFFIC.get()
+        traffic, wire = _TRAFFIC.get(), WIRE.get()
         if traffic is not None:
             traffic.attempts += 1
-            extensions = getattr(request, "extensions", None)
-            if isinstance(extensions, dict) and "trace" not in extensions:
-                extensions["trace"] = _tracer(traffic)
+        if wire is not None:
+            wire.requests += 1
+        extensions = getattr(request, "extensions", None)
+        if (traffic or wire) and isinstance(extensions, dict) and "trace" not in extensions:
+            extensions["trace"] = _tracer(traffic, wire)
 
     async def on_response(response: _HttpResponse) -> None:
         capped = cap_retry_after(response.headers, cap)

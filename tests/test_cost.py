@@ -560,6 +560,31 @@ def test_a_paid_call_cancelled_in_flight_stays_counted_and_a_failed_one_does_not
     assert budget.spent == 2.0
 
 
+def test_a_cancelled_call_counts_unless_its_requests_were_seen_and_none_was_on_its_way() -> None:
+    """A call the run cancels counts among those a provider may bill, unless the provider
+    connections saw its requests and none was on its way (a refused connection, a wait to
+    retry: a hostile review's run against a dead port said '4 paid calls in flight'). A
+    call they did not see (a Python subject's own client) may have been sent."""
+    import asyncio
+
+    from pytest_agenteval._cost import WIRE
+
+    budget = Budget(None)
+
+    def cancelled(requests: int, cut_off: int) -> None:
+        with contextlib.suppress(asyncio.CancelledError), budget.reserve("m"):
+            wire = WIRE.get()
+            assert wire is not None
+            wire.requests, wire.cut_off = requests, cut_off
+            raise asyncio.CancelledError
+
+    cancelled(0, 0)  # not seen: may have been sent
+    cancelled(2, 0)  # refused, then waiting to retry: nothing on its way
+    cancelled(1, 1)  # cut off on its way
+    assert budget.open_calls()[0] == 2
+    assert WIRE.get() is None  # each call's wire is its own
+
+
 def test_a_judge_call_its_deadline_stopped_counts_as_one_a_provider_may_bill() -> None:
     """A judge's call past --judge-deadline is stopped in flight: sent, maybe answered, so
     a provider may bill it (it was released as a failed call, and the run said nothing);
