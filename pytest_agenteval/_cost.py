@@ -340,25 +340,15 @@ class Bill:
     def charge_used(self, cost: Cost) -> None:
         """A judge's call: settled with *cost* when the provider reported the tokens it
         used, else released (a failed call, which priced at nothing would make a paid
-        judge look free and drag its average down)."""
+        judge look free and drag its average down). Released with a request cut off on
+        its way (its judge's deadline stopped it), it counts with the calls cancelled in
+        flight: the provider got it, and may bill it."""
         if cost.prompt_tokens or cost.completion_tokens:
             self.charge(cost)
-        else:
-            self.release()
-
-    def charge_grade(self, meta: Mapping[str, object], cost: Cost) -> None:
-        """A judge's call, by its grade's *meta*: as :meth:`charge_used`, except that a
-        call its judge's deadline stopped in flight (``deadline_exceeded``) counts with the
-        calls cancelled in flight: it was sent and may have been answered, and a provider
-        may bill it."""
-        if meta.get("deadline_exceeded") is True and not (
-            cost.prompt_tokens or cost.completion_tokens
-        ):
-            if not self._settled:
-                self.budget._cancelled(self)
-            self.release()
-        else:
-            self.charge_used(cost)
+            return
+        if not self._settled and self._wire is not None and self._wire.cut_off:
+            self.budget._cancelled(self)
+        self.release()
 
     def release(self) -> None:
         """The call failed: out of those in flight, nothing spent."""

@@ -268,9 +268,7 @@ class CalibrationItem(pytest.Item):
                         severity=self.article.meta.severity,
                     )
                     if not isinstance(judge, BatchedGrade):  # a batch's: charged as collected
-                        bill.charge_grade(
-                            graded.meta, grade_cost(graded.meta, name, scheduler.rates)
-                        )
+                        bill.charge_used(grade_cost(graded.meta, name, scheduler.rates))
             return graded
 
         graded = await asyncio.gather(*(one(judge) for judge in judges))

@@ -592,11 +592,17 @@ def test_a_judge_call_its_deadline_stopped_counts_as_one_a_provider_may_bill() -
     budget = Budget(None)
     with budget.reserve("m") as bill:
         bill.charge(Cost(usd=2.0, prompt_tokens=10, completion_tokens=0))
+    from pytest_agenteval._cost import WIRE
+
     nothing = Cost(usd=0.0, prompt_tokens=0, completion_tokens=0)
     with budget.reserve("m") as bill:
-        bill.charge_grade({"deadline_exceeded": True}, nothing)
+        wire = WIRE.get()
+        assert wire is not None
+        wire.requests = wire.cut_off = 1  # the deadline cut its request off on its way
+        bill.charge_used(nothing)
     with budget.reserve("m") as bill:
-        bill.charge_grade({"error": "judge server error 500"}, nothing)
+        WIRE.get().requests = 1  # type: ignore[union-attr]  # a 500: answered, not cut off
+        bill.charge_used(nothing)
     assert budget.open_calls() == (1, 2.0, 0)
     assert budget.spent == 2.0
 
