@@ -42,7 +42,7 @@ from .evidence._chain import (
     verify_run,
     write_file_atomic,
 )
-from .evidence._run_dir import slug
+from .evidence._run_dir import newest_first, slug
 
 __all__ = [
     "Baseline",
@@ -147,6 +147,11 @@ def load_run(run_dir: Path, *, require_complete: bool = True) -> Baseline:
             f"{run_dir}: the baseline run did not complete ({result.message}); "
             "a baseline must be a complete run"
         )
+    if not result.sealed:  # an interrupted run is sealed; one that crashed is not
+        raise BaselineError(
+            f"{run_dir}: the run was never sealed ({result.message}), so nothing in its "
+            f"evidence binds its {SUMMARY_NAME}; only a sealed run is compared"
+        )
     summary = _read_summary(run_dir)
     if summary is None or summary != before or "nodes" not in summary:
         raise BaselineError(f"{run_dir}: {SUMMARY_NAME} is missing or not a run summary")
@@ -189,23 +194,13 @@ class BaselineSearch:
 
 
 def _run_dirs(subject_dir: Path) -> list[Path]:
-    """Run directories of one subject folder, newest first.
-
-    Names start with the run's UTC start to the second; two runs started in
-    the same second are told apart by when their summary was written.
-    """
+    """Run directories of one subject folder, newest first (by their manifests' start:
+    :func:`~pytest_agenteval.evidence._run_dir.newest_first`)."""
     try:
         children = [p for p in subject_dir.iterdir() if p.is_dir() and not p.is_symlink()]
     except OSError:
         return []
-
-    def written(p: Path) -> int:
-        try:
-            return (p / SUMMARY_NAME).stat().st_mtime_ns
-        except OSError:
-            return 0
-
-    return sorted(children, key=lambda p: (p.name.split("-", 1)[0], written(p)), reverse=True)
+    return newest_first(children)
 
 
 def _newest(subject_dir: Path, family: str, preset: str, condition: str | None) -> Baseline | None:

@@ -285,6 +285,24 @@ def test_latest_is_the_newest_complete_run_of_the_same_preset(
     assert latest is not None and latest.path == first
 
 
+def test_latest_goes_by_the_sealed_start_not_a_directory_name(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing binds a run directory's name: a reviewer renamed an old run to a later
+    stamp and latest took it as the baseline. The newest run is the one whose manifest
+    (bound into its chain) started last."""
+    make_prbench(pytester)
+    _run(pytester, monkeypatch).assert_outcomes(passed=20)
+    old = _runs(pytester)[-1]
+    _run(pytester, monkeypatch).assert_outcomes(passed=20)
+    (new,) = set(_runs(pytester)) - {old}
+    renamed = old.rename(old.with_name("20991231T000000Z-deadbeef00"))
+    assert load_run(renamed).path == renamed  # a renamed run still verifies
+    found = search("latest", pytester.path / ".agenteval", family="prbench", preset="smoke")
+    latest, _ = found.pick("agent")
+    assert latest is not None and latest.path == new
+
+
 def test_a_tampered_baseline_is_refused_naming_the_file(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -409,3 +427,32 @@ def test_compare_says_when_the_candidate_did_not_complete(pytester: pytest.Pytes
     assert result.ret in (0, 1)  # compared, not refused
     assert "did not complete" in result.stderr.str()
     assert "only the scenarios it graded are compared" in result.stderr.str()
+
+
+def test_compare_refuses_a_candidate_that_was_never_sealed(pytester: pytest.Pytester) -> None:
+    """A run that crashed before its seal binds nothing beside its records: its
+    summary.json could say anything (a reviewer forged every score to 1.0 and compare
+    reported 15 scenarios better), so compare refuses it and says why."""
+    from demo_family import make_demo
+
+    from pytest_agenteval.evidence._chain import canonical_json
+
+    make_demo(pytester)
+    pytester.runpytest("--bench=demo", "--preset=standard")
+    pytester.runpytest("--bench=demo", "--preset=standard")
+    base, cand = sorted((pytester.path / ".agenteval" / "runs").glob("demo/*/*"))
+    # the crash: the seal (last line), the manifest's completion and SHA256SUMS never written
+    results = cand / "results.jsonl"
+    results.write_bytes(b"".join(results.read_bytes().splitlines(keepends=True)[:-1]))
+    manifest = json.loads((cand / "manifest.json").read_bytes())
+    manifest.pop("completion")
+    manifest["completed"] = False
+    (cand / "manifest.json").write_bytes(canonical_json(manifest))
+    (cand / "SHA256SUMS").unlink()
+    assert pytester.run("agenteval", "verify", str(cand)).ret == 3  # intact, incomplete
+
+    result = pytester.run("agenteval", "compare", str(base), str(cand))
+    assert result.ret == 2, result.stdout.str()
+    assert f"{cand}: the run was never sealed" in result.stderr.str()
+    assert "nothing in its evidence binds its summary.json" in result.stderr.str()
+    assert result.stdout.str() == ""

@@ -686,7 +686,7 @@ def test_a_look_up_that_fails_stops_the_run_unless_the_server_lists_no_batches(
 def test_earlier_runs_of_one_second_are_ordered_by_their_start(tmp_path: Path) -> None:
     """Two runs started within one second share their names' stamp and then sort by hash:
     the newer is found by its manifest's start, in milliseconds."""
-    from pytest_agenteval.judges._batch import _newest_first
+    from pytest_agenteval.evidence._run_dir import newest_first
 
     starts = {
         "20261202T081052Z-ffff": "2026-12-02T08:10:52.100Z",
@@ -696,7 +696,7 @@ def test_earlier_runs_of_one_second_are_ordered_by_their_start(tmp_path: Path) -
     for name, started in starts.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text(json.dumps({"started_at": started}))
-    ordered = [p.name for p in _newest_first(list(tmp_path.iterdir()))]
+    ordered = [p.name for p in newest_first(tmp_path.iterdir())]
     assert ordered == ["20261202T081052Z-0000", "20261202T081052Z-ffff", "20261202T081051Z-zzzz"]
 
 

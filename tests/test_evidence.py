@@ -782,6 +782,13 @@ def test_deleted_sha256sums_is_caught(run: tuple[Path, str]) -> None:
         (b"not a checksum\n", "SHA256SUMS line 1: malformed (expected '<64 hex>  <path>')"),
         (b"0" * 64 + b"  ../outside\n", "SHA256SUMS line 1: unsafe path ../outside"),
         (b"0" * 64 + b"  /etc/passwd\n", "SHA256SUMS line 1: unsafe path /etc/passwd"),
+        # a path the file system refuses: a verdict of tampering, not a crash or an I/O error
+        (b"0" * 64 + b"  zzz\0x\n", "SHA256SUMS line 1: unsafe path 'zzz\\x00x'"),
+        (b"0" * 64 + b"  " + b"a" * 256 + b"\n", f"SHA256SUMS line 1: unsafe path {'a' * 256}"),
+        (
+            b"0" * 64 + b"  " + b"a/" * 2100 + b"b\n",
+            "SHA256SUMS line 1: unsafe path " + "a/" * 2100 + "b",
+        ),
         (
             b"0" * 64 + b"  manifest.json",
             "SHA256SUMS: last line is not newline-terminated (truncated?)",
@@ -888,7 +895,14 @@ def test_never_finalized_run_is_reported_as_unsealed(
         f"(never sealed: no seal record; still running or crashed); head {head}"
     )
     assert main([str(run_dir)]) == 3
-    assert capsys.readouterr().out.startswith("INCOMPLETE run: 2 records intact")
+    captured = capsys.readouterr()
+    assert captured.out.startswith("INCOMPLETE run: 2 records intact")
+    # what nothing binds is said (a reviewer forged summary.json of such a run, unseen)
+    assert not result.sealed
+    assert captured.err == (
+        "note: the records end without a seal: summary.json, the reports and any other "
+        "file beside results.jsonl and manifest.json are bound by nothing\n"
+    )
 
 
 def test_tampered_unsealed_run_is_still_caught_by_the_chain(tmp_path: Path) -> None:
@@ -1069,6 +1083,15 @@ def test_cli_ok(run: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> No
     captured = capsys.readouterr()
     assert captured.out == f"OK {run_dir}: 6 records, head {head}\n"
     assert captured.err == ""
+    # without the head kept elsewhere, the verdict says what it cannot rule out
+    assert main([str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"OK {run_dir}: 6 records, head {head}\n"
+    assert captured.err == (
+        "note: the head was not compared with one kept outside the run (--expect-head): "
+        "files changed and consistently re-sealed would verify too\n"
+    )
+    assert verify_run(run_dir).sealed
 
 
 def test_cli_tampered_prints_one_line_and_details_on_stderr(
@@ -1332,6 +1355,29 @@ def test_a_forged_seal_is_caught_only_by_expect_head(run: tuple[Path, str]) -> N
     ]
 
 
+def test_the_records_head_given_as_expected_fails_and_says_which_head_it_is(
+    run: tuple[Path, str],
+) -> None:
+    """summary.json shows the head of the item records, which a forged seal follows as
+    well: given to --expect-head it must not pass, and the message says which head it is
+    and which one to pass (it said "records cut or replaced", as if tampered)."""
+    run_dir, head = run
+    manifest = json.loads((run_dir / MANIFEST_NAME).read_bytes())
+    records_head = manifest["completion"]["chain_head"]
+    assert records_head != head
+    result = verify_run(run_dir, expect_head=records_head)
+    assert not result.ok
+    (problem,) = result.problems
+    assert problem.startswith(
+        f"chain head mismatch: expected {records_head}, the head of the item records"
+    )
+    assert f"the run's head, after its seal, is {head}" in problem
+    # and a forger's seal over changed files is still caught with that head given
+    _rewrite_summary(run_dir)
+    _forge_seal(run_dir)
+    assert not verify_run(run_dir, expect_head=records_head).ok
+
+
 def test_an_interrupted_run_relabelled_complete_is_caught(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     head = _write_run(run_dir, _records(3), interrupted=True)
@@ -1393,6 +1439,18 @@ def test_records_after_the_seal_are_caught(run: tuple[Path, str]) -> None:
         (
             {"files": {"../outside": "0" * 64}},
             "results.jsonl line 7: the seal lists ../outside, which it cannot bind",
+        ),
+        (
+            {"files": {"a\0b": "0" * 64}},
+            "results.jsonl line 7: the seal lists 'a\\x00b', which it cannot bind",
+        ),
+        (
+            {"files": {"\ud800": "0" * 64}},
+            "results.jsonl line 7: the seal lists '\\ud800', which it cannot bind",
+        ),
+        (
+            {"files": {"x" * 256: "0" * 64}},
+            f"results.jsonl line 7: the seal lists {'x' * 256}, which it cannot bind",
         ),
         (
             {"files": {"results.jsonl": "0" * 64}},

@@ -1481,6 +1481,10 @@ class VerifyResult:
     problems: list[str]
     message: str
     io_error: bool = False
+    #: the records end in a seal, which binds every other file of the run; without one,
+    #: only the records and the manifest are checked (summary.json, the reports and any
+    #: other file are bound by nothing)
+    sealed: bool = False
 
 
 @dataclass
@@ -1582,10 +1586,19 @@ def verify_run(run_dir: Path, expect_head: str | None = None) -> VerifyResult:
     if info is not None:
         _check_completion(info, sums is not None, chain, found)
     if expected is not None and chain.head != expected:
-        found.add(
-            f"chain head mismatch: expected {expected}, found {chain.head} "
-            "(records cut or replaced, or files changed and re-sealed?)"
-        )
+        if chain.seal is not None and expected == chain.items_head:
+            # no pass: a forged seal follows the same records, so this head binds no file
+            found.add(
+                f"chain head mismatch: expected {expected}, the head of the item records "
+                f"(the chain_head summary.json and the reports show), which binds no other "
+                f"file; the run's head, after its seal, is {chain.head}: pass the head "
+                "printed at the end of the run or kept in latest/<family>.json"
+            )
+        else:
+            found.add(
+                f"chain head mismatch: expected {expected}, found {chain.head} "
+                "(records cut or replaced, or files changed and re-sealed?)"
+            )
     seal = chain.seal
     agreed = info is not None and info.completed
     complete = seal is not None and seal.completed and agreed and sums is not None
@@ -1652,6 +1665,7 @@ def _result(
         problems=problems,
         message=message,
         io_error=found.io_error,
+        sealed=chain.seal is not None,
     )
 
 
@@ -1839,10 +1853,26 @@ def _parse_sums(lines: list[bytes], found: _Findings) -> dict[str, str]:
     return sums
 
 
+#: The longest file name and path a file system takes (Linux's NAME_MAX and PATH_MAX).
+_NAME_MAX, _PATH_MAX = 255, 4096
+
+
 def _unsafe_path(rel: str) -> bool:
-    """A listed path that could point outside the run directory."""
+    """A listed path that could point outside the run directory, or that no run writes and
+    the file system would refuse to open: a NUL, a name or path too long, text that has no
+    bytes on disk (a lone surrogate from a JSON escape)."""
     parts = rel.split("/")
-    return rel.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\\" in rel
+    if rel.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        return True
+    if "\\" in rel or "\0" in rel:
+        return True
+    try:
+        names = [os.fsencode(part) for part in parts]
+    except UnicodeError:
+        return True
+    return sum(len(name) + 1 for name in names) > _PATH_MAX or any(
+        len(name) > _NAME_MAX for name in names
+    )
 
 
 def _sums_path_problem(
@@ -2033,11 +2063,12 @@ def _seal_from(
         found.add(f"{where}: malformed seal record ({', '.join(fields.bad)})")
         return None
     files: dict[str, str] = {}
-    for rel, digest in sorted(listed.items(), key=lambda item: os.fsencode(item[0])):
+    for rel, digest in listed.items():
         if _unsafe_path(rel) or rel in (RESULTS_NAME, SUMS_NAME):
             found.add(f"{where}: the seal lists {_show(rel)}, which it cannot bind")
         else:
             files[rel] = digest
+    files = dict(sorted(files.items(), key=lambda item: os.fsencode(item[0])))
     if completed == interrupted:
         found.add(
             f"{where}: the seal says completed {_lower(completed)} and "

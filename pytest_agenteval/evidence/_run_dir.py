@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +31,7 @@ from .._family import Article, Plan
 from .._vocab import VERDICTS, JSONObject, JSONValue
 from ._chain import (
     CONVERTED_KEY,
+    MANIFEST_NAME,
     EvidenceWriter,
     Streamed,
     canonical_json,
@@ -413,8 +414,46 @@ def _replay_of(state: AgentevalState) -> dict[str, Any]:
     return {"replay": replay.describe()} if replay is not None else {}
 
 
+#: A run directory's name starts with its run's UTC start, to the second
+_NAME_STAMP = "%Y%m%dT%H%M%SZ"
+#: A manifest larger than this is not read to order runs (verify reads and judges it)
+_MANIFEST_READ_LIMIT = 16 * 1024 * 1024
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def run_started(run_dir: Path) -> datetime:
+    """When the run in *run_dir* started: its manifest's ``started_at`` (to the millisecond,
+    and bound into the run's chain), or, when that cannot be read, the stamp its name
+    starts with; the earliest time for a folder with neither."""
+    path = run_dir / MANIFEST_NAME
+    try:
+        if not path.is_symlink() and path.stat().st_size <= _MANIFEST_READ_LIMIT:
+            when = json.loads(path.read_bytes())["started_at"]
+            started = datetime.fromisoformat(when.replace("Z", "+00:00"))
+            if started.tzinfo is not None:
+                return started
+    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+        pass
+    try:
+        return datetime.strptime(run_dir.name[:16], _NAME_STAMP).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return _NEVER
+
+
+def newest_first(run_dirs: Iterable[Path]) -> list[Path]:
+    """*run_dirs*, the newest run first, by when each manifest says its run started (see
+    :func:`run_started`), then by name.
+
+    Not by name first: nothing in the evidence binds a directory's name, and a reviewer
+    renamed an old, weaker run so that ``--baseline=latest`` took it; a changed manifest
+    fails verification. Milliseconds also order two runs of one second, whose names then
+    sort by their random ids.
+    """
+    return sorted(run_dirs, key=lambda p: (run_started(p), p.name), reverse=True)
+
+
 def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str) -> Path:
-    stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = when.astimezone(timezone.utc).strftime(_NAME_STAMP)
     base = out / "runs" / slug(family) / slug(subject)
     candidate = base / f"{stamp}-{short}"
     n = 1

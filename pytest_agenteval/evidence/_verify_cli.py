@@ -11,6 +11,9 @@ The exit code is the interface for CI scripts, so each outcome has its own:
 * 3 -- intact but incomplete (interrupted, or never finalized): prints
   ``INCOMPLETE run: N records intact, run did not complete (...)``
 
+An intact verdict says on stderr what it did not cover: the files beside the records
+of a run that was never sealed, and, without ``--expect-head``, a consistent re-seal.
+
 The seal (the last line of results.jsonl) binds every file of the run to the
 chain head, so a changed, added or deleted file fails even when SHA256SUMS was
 recomputed. Pass the head printed at the end of the run as ``--expect-head``:
@@ -100,7 +103,29 @@ def main(argv: list[str] | None = None) -> int:
     _emit(sys.stdout, result.message)
     for problem in result.problems[1:]:
         _emit(sys.stderr, f"  {problem}")
+    for note in _notes(result, anchored=args.expect_head is not None):
+        _emit(sys.stderr, f"note: {note}")
     return exit_code_for(result)
+
+
+def _notes(result: VerifyResult, *, anchored: bool) -> list[str]:
+    """What an intact verdict does not cover, said beside it (never on stdout, the line a
+    script reads): without a seal, the files beside the records; without --expect-head,
+    a run whose files were changed and consistently re-sealed."""
+    if not result.ok:
+        return []
+    notes = []
+    if not result.sealed:
+        notes.append(
+            "the records end without a seal: summary.json, the reports and any other "
+            "file beside results.jsonl and manifest.json are bound by nothing"
+        )
+    elif not anchored:
+        notes.append(
+            "the head was not compared with one kept outside the run (--expect-head): "
+            "files changed and consistently re-sealed would verify too"
+        )
+    return notes
 
 
 if __name__ == "__main__":

@@ -73,7 +73,6 @@ import json
 import math
 import secrets
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -1044,35 +1043,13 @@ def _read_batch_json(run_dir: Path) -> JSONObject | None:
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
 
 
-#: The UTC second a run directory's name starts with (``20261202T081052Z``)
-_STAMP = len("20261202T081052Z")
-
-
-def _newest_first(run_dirs: Sequence[Path]) -> list[Path]:
-    """*run_dirs*, the newest first: by the second their names start with, and those of one
-    second by their manifests' start (milliseconds; their names then sort by hash)."""
-    seconds = Counter(p.name[:_STAMP] for p in run_dirs)
-
-    def started(run_dir: Path) -> str:
-        if seconds[run_dir.name[:_STAMP]] < 2:
-            return ""
-        path = run_dir / "manifest.json"
-        try:
-            if path.is_symlink() or path.stat().st_size > _BATCH_JSON_LIMIT:
-                return ""
-            when = json.loads(path.read_bytes()).get("started_at")
-        except (OSError, ValueError, AttributeError):
-            return ""
-        return when if isinstance(when, str) else ""
-
-    return sorted(run_dirs, key=lambda p: (p.name[:_STAMP], started(p), p.name), reverse=True)
-
-
 def _earlier(job: Job, own_run_dir: Path) -> Iterator[tuple[Path, JSONObject]]:
     """The earlier runs' batch.json entries of this family, judge, part and requests (by
     fingerprint), newest run first."""
+    from ..evidence._run_dir import newest_first
+
     siblings = [p for p in own_run_dir.parent.iterdir() if p.is_dir() and p != own_run_dir]
-    for run_dir in _newest_first(siblings):
+    for run_dir in newest_first(siblings):
         data = _read_batch_json(run_dir)
         batches = None if data is None else data.get("batches")
         if not isinstance(batches, list):
