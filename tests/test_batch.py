@@ -700,6 +700,22 @@ def test_earlier_runs_of_one_second_are_ordered_by_their_start(tmp_path: Path) -
     assert ordered == ["20261202T081052Z-0000", "20261202T081052Z-ffff", "20261202T081051Z-zzzz"]
 
 
+def test_ordering_earlier_runs_never_opens_a_fifo_or_symlink_manifest(tmp_path: Path) -> None:
+    """A manifest.json that is a FIFO (opening it blocks until a writer comes) or a symlink
+    is not read to order runs: the name's stamp orders that run (it hung here)."""
+    import os
+
+    from pytest_agenteval.evidence._run_dir import newest_first
+
+    fifo, link, plain = (tmp_path / n for n in ("20261202T000003Z-f", "20261202T000001Z-l", "x"))
+    for run_dir in (fifo, link, plain):
+        run_dir.mkdir()
+    os.mkfifo(fifo / "manifest.json")
+    (plain / "manifest.json").write_text(json.dumps({"started_at": "2026-12-02T00:00:02.000Z"}))
+    (link / "manifest.json").symlink_to(plain / "manifest.json")
+    assert [p.name for p in newest_first(tmp_path.iterdir())] == [fifo.name, plain.name, link.name]
+
+
 def test_each_page_of_a_look_up_has_its_own_deadline(
     golden: pytest.Pytester, env: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,8 @@ from ._chain import (
     MANIFEST_NAME,
     EvidenceWriter,
     Streamed,
+    _read_small,
+    _Unreadable,
     canonical_json,
     json_safe,
     json_safe_record,
@@ -416,8 +418,6 @@ def _replay_of(state: AgentevalState) -> dict[str, Any]:
 
 #: A run directory's name starts with its run's UTC start, to the second
 _NAME_STAMP = "%Y%m%dT%H%M%SZ"
-#: A manifest larger than this is not read to order runs (verify reads and judges it)
-_MANIFEST_READ_LIMIT = 16 * 1024 * 1024
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
@@ -425,14 +425,12 @@ def run_started(run_dir: Path) -> datetime:
     """When the run in *run_dir* started: its manifest's ``started_at`` (to the millisecond,
     and bound into the run's chain), or, when that cannot be read, the stamp its name
     starts with; the earliest time for a folder with neither."""
-    path = run_dir / MANIFEST_NAME
-    try:
-        if not path.is_symlink() and path.stat().st_size <= _MANIFEST_READ_LIMIT:
-            when = json.loads(path.read_bytes())["started_at"]
-            started = datetime.fromisoformat(when.replace("Z", "+00:00"))
-            if started.tzinfo is not None:
-                return started
-    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+    try:  # read as verify reads it: a FIFO, device or symlink is never opened, size bounded
+        when = json.loads(_read_small(run_dir / MANIFEST_NAME))["started_at"]
+        started = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        if started.tzinfo is not None:
+            return started
+    except (OSError, _Unreadable, ValueError, LookupError, TypeError, AttributeError):
         pass
     try:
         return datetime.strptime(run_dir.name[:16], _NAME_STAMP).replace(tzinfo=timezone.utc)
