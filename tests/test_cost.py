@@ -12,7 +12,16 @@ import pytest
 from demo_family import flat_family
 from fakellm import FakeLLMServer
 
-from pytest_agenteval._cost import DEFAULT_RATES, Budget, BudgetExceeded, Cost, cost_of, parse_rates
+from pytest_agenteval._cost import (
+    DEFAULT_RATES,
+    WIRE,
+    Budget,
+    BudgetExceeded,
+    Cost,
+    Wire,
+    cost_of,
+    parse_rates,
+)
 
 
 def test_cost_from_rates() -> None:
@@ -560,6 +569,13 @@ def test_a_paid_call_cancelled_in_flight_stays_counted_and_a_failed_one_does_not
     assert budget.spent == 2.0
 
 
+def _wire() -> Wire:
+    """The wire of the bill reserved around this code (what the HTTP hooks count into)."""
+    wire = WIRE.get()
+    assert wire is not None, "no bill is open here"
+    return wire
+
+
 def test_a_cancelled_call_counts_unless_its_requests_were_seen_and_none_was_on_its_way() -> None:
     """A call the run cancels counts among those a provider may bill, unless the provider
     connections saw its requests and none was on its way (a refused connection, a wait to
@@ -567,14 +583,11 @@ def test_a_cancelled_call_counts_unless_its_requests_were_seen_and_none_was_on_i
     call they did not see (a Python subject's own client) may have been sent."""
     import asyncio
 
-    from pytest_agenteval._cost import WIRE
-
     budget = Budget(None)
 
     def cancelled(requests: int, cut_off: int) -> None:
         with contextlib.suppress(asyncio.CancelledError), budget.reserve("m"):
-            wire = WIRE.get()
-            assert wire is not None
+            wire = _wire()
             wire.requests, wire.cut_off = requests, cut_off
             raise asyncio.CancelledError
 
@@ -592,16 +605,13 @@ def test_a_judge_call_its_deadline_stopped_counts_as_one_a_provider_may_bill() -
     budget = Budget(None)
     with budget.reserve("m") as bill:
         bill.charge(Cost(usd=2.0, prompt_tokens=10, completion_tokens=0))
-    from pytest_agenteval._cost import WIRE
-
     nothing = Cost(usd=0.0, prompt_tokens=0, completion_tokens=0)
     with budget.reserve("m") as bill:
-        wire = WIRE.get()
-        assert wire is not None
+        wire = _wire()
         wire.requests = wire.cut_off = 1  # the deadline cut its request off on its way
         bill.charge_used(nothing)
     with budget.reserve("m") as bill:
-        WIRE.get().requests = 1  # type: ignore[union-attr]  # a 500: answered, not cut off
+        _wire().requests = 1  # a 500: answered, not cut off
         bill.charge_used(nothing)
     assert budget.open_calls() == (1, 2.0, 0)
     assert budget.spent == 2.0
