@@ -15,7 +15,10 @@ instructions of one whole process at two sizes (an instant judge, as in
 * ``pytest``: the benchmark run, one LLM judge call per scenario;
 
 then the plugin's own part, ``pytest - bare - floor``, also as a share of the bare
-loop's instructions per call. What a count leaves out: the kernel's work (system
+loop's instructions per call. With ``--base COMMIT`` the benchmark run is also counted
+for that commit (checked out into a temporary git worktree, whose package the run
+imports: ``bench_versions.py``), at the same sizes, and the difference per item is
+reported: the way to compare two versions on a machine whose speed wanders. What a count leaves out: the kernel's work (system
 calls, context switches; ``bench_scale.py`` reports the system time, a few percent
 here) and how fast the instructions run (interpreted Python with many objects runs
 fewer per second than the bare loop's C-heavy SDK work). valgrind runs one thread
@@ -23,12 +26,13 @@ at a time, so no time is lost to threads handing over the interpreter lock eithe
 A run under valgrind is about 50 times slower: the default sizes take about ten
 minutes on 2 cores. Needs ``valgrind`` on PATH. Nothing leaves loopback. Usage::
 
-    python scripts/bench_instructions.py [--sizes 50 150] [--concurrency 32]
+    python scripts/bench_instructions.py [--sizes 50 150] [--concurrency 32] [--base COMMIT]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -43,6 +47,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_concurrency import bench_env, grade_reply, pytest_command  # noqa: E402
 from bench_scale import prepare  # noqa: E402
+from bench_versions import head_name, importing, resolve, worktree  # noqa: E402
 from fakellm import FakeLLMServer  # noqa: E402
 
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -69,28 +74,43 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs=2, default=[50, 150])
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--base", help="also count the benchmark run of this commit (HEAD~1, a tag)"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind not found (Debian: apt-get install valgrind)")
+    base = resolve(args.base) if args.base else None
 
     counts: dict[str, dict[int, int]] = {"bare": {}, "floor": {}, "pytest": {}}
+    if base:
+        counts["base"] = {}
     system = ROOT / "pytest_agenteval" / "prompts" / "default-judge.v1.md"
-    with FakeLLMServer(handler=grade_reply(0.0)) as server, tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(FakeLLMServer(handler=grade_reply(0.0)))
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         env = bench_env(server)
+        envs = {"bare": env, "floor": env, "pytest": env}
         for n in args.sizes:
-            work = Path(tmp) / f"n{n}"
+            work = tmp / f"n{n}"
             fam, floor_cmd = prepare(work, n)
+            if base and "base" not in envs:
+                envs["pytest"] = importing(env, work, ROOT)
+                envs["base"] = importing(env, work, stack.enter_context(worktree(base, tmp)))
+            # no progress lines: slowed 50-fold, the run would print them (auto: after 10 s)
+            benchmark = [*pytest_command(fam, work, args.concurrency), "--agenteval-progress=off"]
             cmds = {
                 "bare": [sys.executable, "bare.py", str(n), str(args.concurrency), str(system)],
                 "floor": floor_cmd,
-                # no progress lines: slowed 50-fold, the run would print them (auto: after 10 s)
-                "pytest": [
-                    *pytest_command(fam, work, args.concurrency),
-                    "--agenteval-progress=off",
-                ],
+                "pytest": benchmark,
             }
+            if base:
+                cmds["base"] = benchmark
+                for name in ("pytest", "base"):  # untimed: every module's bytecode cache is
+                    # written (a collection alone leaves those imported later to the first run)
+                    subprocess.run(benchmark, cwd=work, env=envs[name], capture_output=True)
             for name, cmd in cmds.items():
-                counts[name][n] = instructions(cmd, work, env)
+                counts[name][n] = instructions(cmd, work, envs[name])
                 print(f"{name} n={n}: {counts[name][n] / 1e9:.3f} G instructions", flush=True)
 
     small, large = int(args.sizes[0]), int(args.sizes[1])
@@ -101,9 +121,18 @@ def main() -> int:
 
     bare, floor, run = per_item("bare"), per_item("floor"), per_item("pytest")
     plugin = run - bare - floor
+    versus: dict[str, object] = {}
+    if base:
+        versus = {
+            "head": head_name(),
+            "base": base[:12],
+            "base_pytest_m_per_item": round(per_item("base"), 3),
+            "head_minus_base_m_per_item": round(run - per_item("base"), 3),
+        }
     print(
         json.dumps(
             {
+                **versus,
                 "sizes": args.sizes,
                 "bare_m_per_item": round(bare, 3),
                 "floor_m_per_item": round(floor, 3),

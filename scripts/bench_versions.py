@@ -12,8 +12,8 @@ The base commit is checked out into a temporary git worktree; each run imports i
 own version's package (``PYTHONPATH``: the worktree, or this checkout), with the same
 interpreter and installed dependencies, against the test suite's fake judge on
 127.0.0.1 (``bench_concurrency.py``'s family: one LLM judge call per scenario, a sync
-subject). Each version is run once untimed first, so that both have their bytecode
-caches. For each it reports the medians of the wall time, the CPU time (user +
+subject). Each version is run once untimed first, so that both have the bytecode
+caches of all their modules. For each it reports the medians of the wall time, the CPU time (user +
 system, of the run's process; the fake server runs in this one), context switches per
 scenario and peak RSS; then the paired ratios, this checkout over the base. With an
 instant judge (the default) the run is bound by CPU, and the ratios say what the
@@ -27,11 +27,13 @@ say what a user waits. Nothing leaves loopback. Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,13 +53,38 @@ def _git(*args: str) -> str:
     ).stdout.strip()
 
 
-def _imports_from(env: dict[str, str], cwd: Path, tree: Path) -> None:
-    """Stop unless a process with *env*, started in *cwd*, imports the package from *tree*."""
+def resolve(ref: str) -> str:
+    """The full id of the commit *ref* names in this checkout."""
+    return _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+
+
+def head_name() -> str:
+    """This checkout's commit, marked when tracked files differ from it."""
+    modified = _git("status", "--porcelain", "--untracked-files=no")
+    return _git("rev-parse", "--short=12", "HEAD") + (" (modified)" if modified else "")
+
+
+@contextlib.contextmanager
+def worktree(commit: str, parent: Path) -> Iterator[Path]:
+    """*commit* checked out in a git worktree under *parent*, removed afterwards."""
+    tree = parent / f"base-{commit[:12]}"
+    _git("worktree", "add", "--detach", str(tree), commit)
+    try:
+        yield tree
+    finally:
+        _git("worktree", "remove", "--force", str(tree))
+
+
+def importing(env: dict[str, str], cwd: Path, tree: Path) -> dict[str, str]:
+    """*env* for processes that import the package from *tree* (``PYTHONPATH``), checked
+    by starting one in *cwd*."""
+    env = {**env, "PYTHONPATH": str(tree)}
     where = subprocess.run(
         [sys.executable, "-c", _WHERE], cwd=cwd, env=env, capture_output=True, text=True
     ).stdout
     if not Path(where).resolve().is_relative_to(tree.resolve()):
         sys.exit(f"a run meant to import the package from {tree} imports {where}")
+    return env
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -76,35 +103,31 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--pairs", type=int, default=6)
     args = parser.parse_args()
-    base_commit = _git("rev-parse", "--verify", f"{args.base}^{{commit}}")
+    base_commit = resolve(args.base)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        base_tree = Path(tmp) / "base"
-        _git("worktree", "add", "--detach", str(base_tree), base_commit)
-        try:
-            with FakeLLMServer(handler=grade_reply(args.latency)) as server:
-                env = bench_env(server)
-                trees = {"base": base_tree, "head": ROOT}
-                envs = {name: {**env, "PYTHONPATH": str(tree)} for name, tree in trees.items()}
-                work = Path(tmp) / "work"
-                fam = write_family(work, args.scenarios)
-                for name, tree in trees.items():
-                    _imports_from(envs[name], work, tree)
-                cmd = pytest_command(fam, work, args.concurrency)
-                for name in trees:  # untimed: the bytecode caches are written
-                    run([*cmd[:4], "--collect-only"], work, envs[name])
-                rows: dict[str, list[tuple[float, float, float, float]]] = {"base": [], "head": []}
-                for i in range(args.pairs):
-                    for name in ("base", "head") if i % 2 == 0 else ("head", "base"):
-                        rows[name].append(run(cmd, work, envs[name]))
-                    base, head = rows["base"][-1], rows["head"][-1]
-                    print(
-                        f"pair {i + 1}: cpu {head[2]:.2f} s / {base[2]:.2f} s = "
-                        f"{head[2] / base[2]:.3f}; wall {head[0]:.2f} s / {base[0]:.2f} s",
-                        flush=True,
-                    )
-        finally:
-            _git("worktree", "remove", "--force", str(base_tree))
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        worktree(base_commit, Path(tmp)) as base_tree,
+        FakeLLMServer(handler=grade_reply(args.latency)) as server,
+    ):
+        env = bench_env(server)
+        work = Path(tmp) / "work"
+        fam = write_family(work, args.scenarios)
+        trees = {"base": base_tree, "head": ROOT}
+        envs = {name: importing(env, work, tree) for name, tree in trees.items()}
+        cmd = pytest_command(fam, work, args.concurrency)
+        for name in trees:  # untimed: every module's bytecode cache is written (a collection
+            run(cmd, work, envs[name])  # alone leaves those imported later to the first run)
+        rows: dict[str, list[tuple[float, float, float, float]]] = {"base": [], "head": []}
+        for i in range(args.pairs):
+            for name in ("base", "head") if i % 2 == 0 else ("head", "base"):
+                rows[name].append(run(cmd, work, envs[name]))
+            base, head = rows["base"][-1], rows["head"][-1]
+            print(
+                f"pair {i + 1}: cpu {head[2]:.2f} s / {base[2]:.2f} s = "
+                f"{head[2] / base[2]:.3f}; wall {head[0]:.2f} s / {base[0]:.2f} s",
+                flush=True,
+            )
 
     def medians(name: str) -> dict[str, float]:
         wall, rss, cpu, switches = zip(*rows[name], strict=True)
@@ -120,8 +143,7 @@ def main() -> int:
         json.dumps(
             {
                 "base": base_commit[:12],
-                "head": _git("rev-parse", "--short=12", "HEAD")
-                + (" (modified)" if _git("status", "--porcelain", "--untracked-files=no") else ""),
+                "head": head_name(),
                 "scenarios": args.scenarios,
                 "latency_s": args.latency,
                 "concurrency": args.concurrency,
