@@ -18,11 +18,12 @@ then the plugin's own part, ``pytest - bare - floor``, also as a share of the ba
 loop's instructions per call. With ``--base COMMIT`` the benchmark run is also counted
 for that commit (checked out into a temporary git worktree, whose package the run
 imports: ``bench_versions.py``), at the same sizes, and the difference per item is
-reported: the way to compare two versions on a machine whose speed wanders. What a count leaves out: the kernel's work (system
-calls, context switches; ``bench_scale.py`` reports the system time, a few percent
-here) and how fast the instructions run (interpreted Python with many objects runs
-fewer per second than the bare loop's C-heavy SDK work). valgrind runs one thread
-at a time, so no time is lost to threads handing over the interpreter lock either.
+reported: the way to compare two versions on a machine whose speed wanders. What a count
+leaves out: the kernel's work (system calls, context switches; ``bench_scale.py``
+reports the system time, a few percent here) and how fast the instructions run
+(interpreted Python with many objects runs fewer per second than the bare loop's C-heavy
+SDK work). valgrind runs one thread at a time, so no time is lost to threads handing
+over the interpreter lock either.
 A run under valgrind is about 50 times slower: the default sizes take about ten
 minutes on 2 cores. Needs ``valgrind`` on PATH. Nothing leaves loopback. Usage::
 
@@ -82,21 +83,19 @@ def main() -> int:
         sys.exit("valgrind not found (Debian: apt-get install valgrind)")
     base = resolve(args.base) if args.base else None
 
-    counts: dict[str, dict[int, int]] = {"bare": {}, "floor": {}, "pytest": {}}
-    if base:
-        counts["base"] = {}
     system = ROOT / "pytest_agenteval" / "prompts" / "default-judge.v1.md"
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(FakeLLMServer(handler=grade_reply(0.0)))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         env = bench_env(server)
         envs = {"bare": env, "floor": env, "pytest": env}
+        if base:  # each version's run imports its own package
+            envs["pytest"] = importing(env, tmp, ROOT)
+            envs["base"] = importing(env, tmp, stack.enter_context(worktree(base, tmp)))
+        counts: dict[str, dict[int, int]] = {name: {} for name in envs}
         for n in args.sizes:
             work = tmp / f"n{n}"
             fam, floor_cmd = prepare(work, n)
-            if base and "base" not in envs:
-                envs["pytest"] = importing(env, work, ROOT)
-                envs["base"] = importing(env, work, stack.enter_context(worktree(base, tmp)))
             # no progress lines: slowed 50-fold, the run would print them (auto: after 10 s)
             benchmark = [*pytest_command(fam, work, args.concurrency), "--agenteval-progress=off"]
             cmds = {

@@ -8,17 +8,17 @@ that way, and 1.02 times the old commit's CPU in interleaved pairs). So this scr
 runs the two versions in pairs, alternating which goes first, and reports each
 pair's ratio: the median ratio, and how far the pairs spread.
 
-The base commit is checked out into a temporary git worktree; each run imports its
-own version's package (``PYTHONPATH``: the worktree, or this checkout), with the same
-interpreter and installed dependencies, against the test suite's fake judge on
-127.0.0.1 (``bench_concurrency.py``'s family: one LLM judge call per scenario, a sync
-subject). Each version is run once untimed first, so that both have the bytecode
-caches of all their modules. For each it reports the medians of the wall time, the CPU time (user +
+The base commit is checked out into a temporary git worktree; each run imports its own
+version's package (``PYTHONPATH``: the worktree, or this checkout), with the same
+interpreter and installed dependencies, against the test suite's fake judge on 127.0.0.1
+(``bench_concurrency.py``'s family: one LLM judge call per scenario, a sync subject).
+Each version is run once untimed first, so that both have the bytecode caches of all
+their modules. For each it reports the medians of the wall time, the CPU time (user +
 system, of the run's process; the fake server runs in this one), context switches per
 scenario and peak RSS; then the paired ratios, this checkout over the base. With an
 instant judge (the default) the run is bound by CPU, and the ratios say what the
-plugin's work costs; with ``--latency 0.2 --scenarios 200 --concurrency 16`` they
-say what a user waits. Nothing leaves loopback. Usage::
+plugin's work costs; with ``--latency 0.2 --scenarios 200 --concurrency 16`` they say
+what a user waits. Nothing leaves loopback. Usage::
 
     python scripts/bench_versions.py BASE [--scenarios 2000] [--latency 0] \
         [--concurrency 32] [--pairs 6]
