@@ -263,9 +263,12 @@ def test_the_error_ladder(
         reply = Reply.error(reply.status, reply.text.format(key=key), headers=reply.headers)
     fake_llm.enqueue(reply)
     cls: type[Connection[Any]] = OpenAIConnection if provider == "openai" else AnthropicConnection
+    # a short timeout only where the answer hangs: on a loaded machine a prompt error
+    # reply can take longer than 0.3 s, and would then read as a timeout
+    timeout = 0.3 if reply.delay else 30.0
     conn = cls(
         "model-x",
-        Transport(0.3, max_retries=0, breaker_threshold=1),
+        Transport(timeout, max_retries=0, breaker_threshold=1),
         base_url=base_url(fake_llm, provider),
         base_url_option="--x",
     )
