@@ -288,16 +288,18 @@ def test_latest_is_the_newest_complete_run_of_the_same_preset(
 def test_latest_goes_by_the_sealed_start_not_a_directory_name(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nothing binds a run directory's name: a reviewer renamed an old run to a later
-    stamp and latest took it as the baseline. The newest run is the one whose manifest
-    (bound into its chain) started last."""
+    """A reviewer renamed an old run to a later stamp and latest took it as the baseline.
+    The newest run is the one whose manifest (bound into its chain) started last; and a
+    renamed run named as the baseline does not verify."""
     make_prbench(pytester)
     _run(pytester, monkeypatch).assert_outcomes(passed=20)
     old = _runs(pytester)[-1]
     _run(pytester, monkeypatch).assert_outcomes(passed=20)
     (new,) = set(_runs(pytester)) - {old}
-    renamed = old.rename(old.with_name("20991231T000000Z-deadbeef00"))
-    assert load_run(renamed).path == renamed  # a renamed run still verifies
+    assert load_run(old).path == old and load_run(new).path == new  # the plugin's own names
+    renamed = old.rename(old.with_name(f"20991231T000000Z-{old.name.split('-')[1]}"))
+    with pytest.raises(BaselineError, match=r"does not verify \(directory name: it says the run "):
+        load_run(renamed)
     found = search("latest", pytester.path / ".agenteval", family="prbench", preset="smoke")
     latest, _ = found.pick("agent")
     assert latest is not None and latest.path == new

@@ -76,8 +76,14 @@ def _records(count: int, *, big: bool = False) -> list[dict[str, Any]]:
     return records
 
 
-def _write_run(run_dir: Path, records: list[dict[str, Any]], *, interrupted: bool = False) -> str:
-    writer = EvidenceWriter(run_dir, MANIFEST)
+def _write_run(
+    run_dir: Path,
+    records: list[dict[str, Any]],
+    *,
+    interrupted: bool = False,
+    manifest: Mapping[str, Any] = MANIFEST,
+) -> str:
+    writer = EvidenceWriter(run_dir, manifest)
     for record in records:
         writer.append(record)
     write_file_atomic(run_dir / "summary.json", canonical_json({"passed": 3, "failed": 2}))
@@ -720,6 +726,87 @@ def test_edited_manifest_header_breaks_genesis(run: tuple[Path, str]) -> None:
     _assert_failed(
         verify_run(run_dir),
         _BROKEN_FIRST,
+    )
+
+
+#: The plugin's manifest names its run (id and start) as its directory's name does
+NAMED = {
+    **MANIFEST,
+    "run_id": "2a2bb5a464" + "0" * 54,
+    "started_at": "2026-12-02T21:30:38.123+01:00",
+}
+OWN_NAME = "20261202T203038Z-2a2bb5a464"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        OWN_NAME,  # the start in UTC, whatever offset the manifest gives it in
+        f"{OWN_NAME}-calm-user",  # a condition's slug
+        f"{OWN_NAME}-2",  # a second run of the same second and id
+        "baseline",  # names of any other form claim nothing
+        "20261202T203038Z",
+        "20261202T203038Z-2a2bb5a46",
+        "run-20991231T000000Z-2a2bb5a464",
+    ],
+)
+def test_a_run_under_its_own_name_or_one_claiming_nothing_verifies(
+    tmp_path: Path, name: str
+) -> None:
+    run_dir = tmp_path / name
+    _write_run(run_dir, _records(2), manifest=NAMED)
+    assert verify_run(run_dir).complete
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        (
+            "20991231T000000Z-2a2bb5a464",
+            "directory name: it says the run started 20991231T000000Z, manifest.json says "
+            "2026-12-02T21:30:38.123+01:00 (20261202T203038Z): renamed?",
+        ),
+        (  # one second off is off: the name is made from the same clock reading
+            "20261202T203039Z-2a2bb5a464-calm",
+            "directory name: it says the run started 20261202T203039Z, manifest.json says "
+            "2026-12-02T21:30:38.123+01:00 (20261202T203038Z): renamed?",
+        ),
+        (
+            "20261202T203038Z-deadbeef00",
+            "directory name: it says run id deadbeef00, manifest.json says 2a2bb5a46400000… "
+            "(renamed, or another run's files?)",
+        ),
+    ],
+)
+def test_a_renamed_run_fails_saying_what_its_name_claims(
+    tmp_path: Path, name: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name of the plugin's form is what a reader goes by (an old run renamed to look
+    newer, another run's files put under a run's name): it must agree with the manifest."""
+    original = tmp_path / OWN_NAME
+    head = _write_run(original, _records(2), manifest=NAMED)
+    renamed = original.rename(tmp_path / name)
+    _assert_failed(verify_run(renamed, expect_head=head), problem)
+    assert main([str(renamed)]) == 1
+    assert capsys.readouterr().out == f"FAILED {renamed}: {problem}\n"
+
+
+def test_a_run_verified_from_inside_is_held_to_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renamed = tmp_path / "20991231T000000Z-2a2bb5a464"
+    _write_run(renamed, _records(1), manifest=NAMED)
+    monkeypatch.chdir(renamed)
+    assert verify_run(Path(".")).problems[0].startswith("directory name: it says the run started")
+
+
+def test_a_manifest_start_that_cannot_be_read_fails_a_name_of_the_plugins_form(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / OWN_NAME
+    _write_run(run_dir, _records(1), manifest={**NAMED, "started_at": "2026-12-02T20:30:38"})
+    _assert_failed(
+        verify_run(run_dir), "directory name: manifest.json gives no UTC start to hold it to"
     )
 
 

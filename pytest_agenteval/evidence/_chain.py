@@ -68,6 +68,16 @@ consistently produces a run that verifies. Against that, keep the chain head
 printed at the end of the run somewhere else (CI log, ticket, commit message)
 and pass it as ``expect_head``: the recomputed head then no longer matches.
 
+The directory's name
+--------------------
+The plugin names a run directory ``<UTC start, to the second>-<first ten hex digits of
+the run id>``, then a condition's slug and a counter when there are any
+(``20261202T203038Z-2a2bb5a464``). Such a name is a claim about the run, which a
+reader (and a person choosing a baseline) goes by, so :func:`verify_run` holds it
+to the manifest's ``started_at`` and ``run_id``, which the chain binds: an old run
+renamed to look newer fails. A name of any other form claims nothing and is not
+checked (a run copied to ``baseline/``).
+
 Reading evidence
 ----------------
 :func:`verify_run` reads only regular files: a symlink, FIFO or device where
@@ -130,6 +140,7 @@ __all__ = [
     "MANIFEST_NAME",
     "PREV_KEY",
     "RESULTS_NAME",
+    "RUN_NAME_STAMP",
     "SEAL_KIND",
     "SUMS_NAME",
     "EvidenceWriter",
@@ -169,6 +180,11 @@ _SUMS_LINE = re.compile(rb"([0-9a-f]{64})  (.+)", re.DOTALL)
 _SURROGATE = re.compile("([\ud800-\udfff])")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _O_BINARY = getattr(os, "O_BINARY", 0)
+#: How a run directory's name gives when its run started (UTC, to the second)
+RUN_NAME_STAMP = "%Y%m%dT%H%M%SZ"
+#: A run directory's name as the plugin gives it: its start, the first ten hex digits of
+#: its run id, and a condition's slug and a counter, if any
+_RUN_NAME = re.compile(r"(\d{8}T\d{6}Z)-([0-9a-f]{10})(?:-.*)?", re.DOTALL)
 
 _Container = TypeVar("_Container")
 _Key = TypeVar("_Key")
@@ -1695,7 +1711,34 @@ def _check_manifest(run_dir: Path, found: _Findings) -> _ManifestInfo | None:
         return None
     if not canonical:
         found.add(f"{MANIFEST_NAME}: not in canonical form (edited by hand?)")
+    _check_name(run_dir, manifest, found)
     return _manifest_info(manifest, found)
+
+
+def _check_name(run_dir: Path, manifest: JSONObject, found: _Findings) -> None:
+    """A name of the plugin's form must agree with the manifest's start and run id (see
+    the module docstring); any other name claims nothing."""
+    named = _RUN_NAME.fullmatch(Path(os.path.abspath(run_dir)).name)
+    run_id, started = manifest.get("run_id"), manifest.get("started_at")
+    if named is None or not isinstance(run_id, str) or not isinstance(started, str):
+        return
+    stamp, short = named.groups()
+    if not run_id.startswith(short):
+        found.add(
+            f"directory name: it says run id {short}, {MANIFEST_NAME} says {clip(run_id, 16)} "
+            "(renamed, or another run's files?)"
+        )
+    try:
+        when = datetime.fromisoformat(started.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        found.add(f"directory name: {MANIFEST_NAME} gives no UTC start to hold it to")
+    elif (named_start := when.astimezone(timezone.utc).strftime(RUN_NAME_STAMP)) != stamp:
+        found.add(
+            f"directory name: it says the run started {stamp}, {MANIFEST_NAME} says "
+            f"{clip(started, 40)} ({named_start}): renamed?"
+        )
 
 
 def _report_missing_manifest(run_dir: Path, found: _Findings) -> None:

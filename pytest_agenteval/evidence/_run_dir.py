@@ -32,6 +32,7 @@ from .._vocab import VERDICTS, JSONObject, JSONValue
 from ._chain import (
     CONVERTED_KEY,
     MANIFEST_NAME,
+    RUN_NAME_STAMP,
     EvidenceWriter,
     Streamed,
     _read_small,
@@ -416,8 +417,6 @@ def _replay_of(state: AgentevalState) -> dict[str, Any]:
     return {"replay": replay.describe()} if replay is not None else {}
 
 
-#: A run directory's name starts with its run's UTC start, to the second
-_NAME_STAMP = "%Y%m%dT%H%M%SZ"
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
@@ -433,7 +432,7 @@ def run_started(run_dir: Path) -> datetime:
     except (OSError, _Unreadable, ValueError, LookupError, TypeError, AttributeError):
         pass
     try:
-        return datetime.strptime(run_dir.name[:16], _NAME_STAMP).replace(tzinfo=timezone.utc)
+        return datetime.strptime(run_dir.name[:16], RUN_NAME_STAMP).replace(tzinfo=timezone.utc)
     except ValueError:
         return _NEVER
 
@@ -442,16 +441,16 @@ def newest_first(run_dirs: Iterable[Path]) -> list[Path]:
     """*run_dirs*, the newest run first, by when each manifest says its run started (see
     :func:`run_started`), then by name.
 
-    Not by name first: nothing in the evidence binds a directory's name, and a reviewer
-    renamed an old, weaker run so that ``--baseline=latest`` took it; a changed manifest
-    fails verification. Milliseconds also order two runs of one second, whose names then
-    sort by their random ids.
+    Not by name first: a reviewer renamed an old, weaker run so that ``--baseline=latest``
+    took it. Verification now fails a renamed run, but only that of the run picked; the
+    manifest, which the chain binds, orders them all. Milliseconds also order two runs of
+    one second, whose names then sort by their random ids.
     """
     return sorted(run_dirs, key=lambda p: (run_started(p), p.name), reverse=True)
 
 
 def new_run_dir(out: Path, family: str, subject: str, when: datetime, short: str) -> Path:
-    stamp = when.astimezone(timezone.utc).strftime(_NAME_STAMP)
+    stamp = when.astimezone(timezone.utc).strftime(RUN_NAME_STAMP)
     base = out / "runs" / slug(family) / slug(subject)
     candidate = base / f"{stamp}-{short}"
     n = 1
