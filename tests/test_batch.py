@@ -1053,6 +1053,47 @@ def test_a_recorded_batch_id_swapped_for_another_batch_is_not_resumed(
     assert len(env.batch.created) == 3
 
 
+def test_a_run_started_while_another_judges_in_batches_there_stops_and_submits_nothing(
+    golden: pytest.Pytester, env: FakeLLMServer
+) -> None:
+    """Two runs at once in one folder: the second would take over the batch the first is
+    collecting (its run directory verifies, incomplete), both would count the batch's cost
+    and call its grades theirs. It stops instead, naming the first; once the first has
+    ended (here Ctrl-C, while its batch is pending), the same command takes the batch over."""
+    import signal
+    import sys
+    import time
+
+    env.batch.behave(polls=10_000)
+    command = [*BATCH, "--judge=openai:gpt-4o-mini"]
+    with golden.popen([sys.executable, "-m", "pytest", *command]) as first:
+        deadline = time.monotonic() + 60
+        while not list((golden.path / ".agenteval").rglob("batch.json")):
+            assert time.monotonic() < deadline and first.poll() is None, "no batch.json written"
+            time.sleep(0.05)
+        second = golden.runpytest(*command, "--judge-batch-wait=5")  # bounded if it waited
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=60) == pytest.ExitCode.INTERRUPTED
+    assert second.ret == pytest.ExitCode.INTERRUPTED, second.stdout.str()[-2000:]
+    second.stdout.fnmatch_lines(
+        [
+            f"*batch judging: another run (process {first.pid}) judges in batches in "
+            ".agenteval/runs/demo/calibration-openai*gpt-4o-mini* now*Nothing was submitted*"
+        ]
+    )
+    (batch_id,) = env.batch.created
+    assert live_calls(env) == []
+    pending, stopped = run_dirs(golden)
+    assert verify_run(pending).ok and not verify_run(pending).complete
+    assert not (stopped / "batch.json").exists() and verify_run(stopped).ok
+
+    env.batch.batches[batch_id].polls_left = 0
+    third = golden.runpytest(*command)
+    third.assert_outcomes(passed=6)
+    third.stdout.fnmatch_lines([f"*resuming batch {batch_id} *from the earlier run {pending.name}"])
+    assert env.batch.created == [batch_id] and live_calls(env) == []
+
+
 def test_a_wait_shorter_than_the_poll_interval_is_kept(
     golden: pytest.Pytester, env: FakeLLMServer
 ) -> None:

@@ -44,6 +44,11 @@ would send. The new run directory's ``batch.json`` names the run it resumed.
 Otherwise a new batch is submitted: after a complete run, a new run is a new
 measurement, and a run that fails verification is not trusted.
 
+One run at a time. A run judging in batches locks a file beside the run directories of its
+family and judges (:data:`LOCK_FILE`) until it ends or its process dies: a second run
+there at the same time would take over the batch the first is collecting, and both would
+count its cost and call its grades theirs. The second stops before any call instead.
+
 Failures. Money is not spent twice and a paid batch is never left unrecorded: the
 create call is sent once (no SDK retry: neither provider takes an idempotency key);
 when it fails after it was sent, the run stops naming what to look for at the
@@ -71,7 +76,9 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import secrets
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1029,6 +1036,70 @@ def _count(usage: JSONValue, key: str) -> int:
     return value if isinstance(value, int) else 0
 
 
+# --------------------------------------------------------------------------- one run at a time
+
+#: A hidden file in the folder of a family's calibration runs by these judges, locked while
+#: a run judges in batches there: a second run at the same time could take over the batch
+#: the first is collecting, and both would count its cost and call its grades theirs
+LOCK_FILE = ".agenteval-batch.lock"
+
+
+def _lock(fd: int) -> bool:
+    """Lock *fd* without waiting: False while another process holds it. Raises OSError
+    where the file system has no locks."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except PermissionError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def hold_folder(state: AgentevalState, folder: Path) -> str | None:
+    """Hold *folder*'s batch lock until this pytest run ends (or its process dies): None
+    once held, else who holds it. A file system without locks is said, and not held."""
+    path = folder / LOCK_FILE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"agenteval: batch judging: cannot open the lock {path}: {exc.strerror or exc}"
+        ) from None
+    try:
+        held = _lock(fd)
+    except OSError as exc:
+        os.close(fd)
+        _say(
+            state,
+            f"agenteval: batch judging: {_shown(state, folder)} cannot be locked "
+            f"({exc.strerror or exc}): a second run there at the same time could take over "
+            "this run's batch",
+        )
+        return None
+    if not held:
+        try:
+            written = os.read(fd, 32).decode("ascii", "replace").strip()
+        except OSError:  # Windows: the holder's lock covers what it wrote
+            written = ""
+        finally:
+            os.close(fd)
+        return f"process {written}" if written.isdigit() else "another process"
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    state.config.add_cleanup(lambda: os.close(fd))
+    return None
+
+
 # --------------------------------------------------------------------------- resuming
 
 
@@ -1497,6 +1568,15 @@ def run_batch_phase(
     jobs = [job for job in _jobs(state, items) if job.lines]
     if not jobs:
         return
+    for folder in dict.fromkeys(job.recorder.run_dir.parent for job in jobs):
+        holder = hold_folder(state, folder)
+        if holder is not None:
+            raise session.Interrupted(
+                f"agenteval: batch judging: another run ({holder}) judges in batches in "
+                f"{_shown(state, folder)} now, and could be collecting the batch this run "
+                "would take over. Nothing was submitted: run the same command again once "
+                "it has ended"
+            )
     scheduler = state.scheduler
     sdk_errors: tuple[type[BaseException], ...] = ()
     for job in jobs:
