@@ -309,10 +309,12 @@ class Budget:
 @dataclass
 class Wire:
     """What one paid call put on the wire, as the provider connections' HTTP hooks saw it:
-    requests started, and those cut off after they were sent (before their answer ended)."""
+    requests started, those cut off after they were sent (before their answer ended), and
+    those answered with a success status (billed, whether or not the call gets to read it)."""
 
     requests: int = 0
     cut_off: int = 0
+    answered: int = 0
 
 
 #: The wire of the :class:`Bill` open in this context (its call's requests count here)
@@ -369,9 +371,10 @@ class Bill:
         if not self._settled and kind is not None and issubclass(kind, _CANCELLED):
             wire = self._wire
             # sent, maybe answered: a provider may bill it; unless the connections saw its
-            # requests and none was on its way (a refused connection, a wait to retry). A
-            # call they did not see (a Python subject's own client) may have been sent.
-            if wire is None or not wire.requests or wire.cut_off:
+            # requests and none was on its way or answered (a refused connection, a wait to
+            # retry). A call they did not see (a Python subject's own client) may have been
+            # sent. One stopped after its answer came, before it was charged, was billed.
+            if wire is None or not wire.requests or wire.cut_off or wire.answered:
                 self.budget._cancelled(self)
         self.release()
 

@@ -302,13 +302,19 @@ class _HttpResponse(Protocol):
     def status_code(self) -> int: ...
 
 
+#: How the run stops a request: a task cancelled (a deadline, -x, the run's end), or a
+#: Ctrl-C raised in the middle of the request's own code (the loop runs on the main thread)
+_STOPS = (asyncio.CancelledError, KeyboardInterrupt)
+
+
 def _tracer(
     traffic: Traffic | None, wire: Wire | None
 ) -> Callable[[str, Mapping[str, object]], Awaitable[None]]:
     """httpcore's ``trace`` extension for one request: counts it in *traffic*'s and
-    *wire*'s cut_off when it is cancelled after its headers went out (waiting for its
-    answer, or reading one that trickles in); a refused connection, or a wait between
-    retries, sent nothing a provider could bill."""
+    *wire*'s cut_off when it is stopped after its headers went out, or its answer is lost
+    once it went out whole (a connection closed under it, a read timeout): the provider
+    got it, and may bill it. A refused connection, or a wait between retries, sent
+    nothing a provider could bill."""
     sent = counted = False
 
     async def trace(event: str, info: Mapping[str, object]) -> None:
@@ -319,7 +325,7 @@ def _tracer(
             event.endswith(".failed")
             and sent
             and not counted
-            and isinstance(info.get("exception"), asyncio.CancelledError)
+            and (isinstance(info.get("exception"), _STOPS) or ".receive_response" in event)
         ):
             counted = True
             for counter in (traffic, wire):
@@ -342,6 +348,9 @@ def _event_hooks(cap: float) -> dict[str, list[Callable[..., Awaitable[None]]]]:
 
     async def on_response(response: _HttpResponse) -> None:
         capped = cap_retry_after(response.headers, cap)
+        wire = WIRE.get()
+        if wire is not None and response.status_code < 400:
+            wire.answered += 1
         traffic = _TRAFFIC.get()
         if traffic is not None:
             traffic.statuses.append(int(response.status_code))

@@ -8,6 +8,7 @@ subject: the point of the module is that they cannot drift apart again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -241,6 +242,97 @@ LADDER = [
     (Reply.hang(3.0), "timeout", False, True,
      "request timed out (SDK timeout 0.3s) after 1 attempts"),
 ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- what a provider may bill
+
+
+def _send(provider: str) -> Callable[[Any], Awaitable[Any]]:
+    async def send(client: Any) -> Any:
+        if provider == "openai":
+            return await client.chat.completions.create(
+                model="model-x", messages=[{"role": "user", "content": "hi"}]
+            )
+        return await client.messages.create(
+            model="model-x", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+
+    return send
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(
+    ("reply", "billable"),
+    [
+        (Reply.drop(), 1),  # the request went out whole and its answer was lost
+        (Reply.drop(partial=True), 1),  # the answer was cut off halfway
+        (Reply.error(500, "boom"), 0),  # answered: a server error, not billed
+        (Reply.error(429, "slow down"), 0),
+        (None, 0),  # a refused connection: nothing went out
+    ],
+    ids=["dropped", "cut-halfway", "500", "429", "refused"],
+)
+def test_a_failed_judge_call_counts_as_one_a_provider_may_bill_once_its_request_went_out(
+    fake_llm: FakeLLMServer, provider: str, reply: Reply | None, billable: int
+) -> None:
+    """A connection closed under a request that went out whole (a provider restarting, the
+    run's own shutdown closing its clients) loses an answer the provider may have made and
+    billed: a hostile review's Ctrl-C under -n 2 found such calls missing from 'paid calls
+    cut off in flight'. An answered error, or a connection refused, cost nothing."""
+    from pytest_agenteval._cost import Budget, Cost
+
+    url = base_url(fake_llm, provider)
+    if reply is None:
+        import socket
+
+        with socket.socket() as sock:  # a port nothing listens on
+            sock.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}" + (
+                "/v1" if provider == "openai" else ""
+            )
+    else:
+        fake_llm.enqueue(reply)
+    cls: type[Connection[Any]] = OpenAIConnection if provider == "openai" else AnthropicConnection
+    conn = cls("model-x", Transport(30.0, max_retries=0), base_url=url, base_url_option="--x")
+    budget = Budget(None)
+
+    async def go() -> None:
+        try:
+            with budget.reserve("model-x") as bill:
+                with pytest.raises(ProviderError):
+                    await conn.call(_send(provider))
+                bill.charge_used(Cost(usd=None, prompt_tokens=0, completion_tokens=0))
+        finally:
+            await conn.aclose()
+
+    asyncio.run(go())
+    assert budget.open_calls()[0] == billable
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_call_stopped_after_its_answer_came_counts_as_one_a_provider_may_bill(
+    fake_llm: FakeLLMServer, provider: str
+) -> None:
+    """Ctrl-C (or -x) between the answer's arrival and its charge: the provider answered,
+    and bills it; it was released as a call that cost nothing."""
+    from pytest_agenteval._cost import Budget
+
+    fake_llm.enqueue(ok(provider).with_usage(1000, 0))
+    cls: type[Connection[Any]] = OpenAIConnection if provider == "openai" else AnthropicConnection
+    url = base_url(fake_llm, provider)
+    conn = cls("model-x", Transport(30.0, max_retries=0), base_url=url, base_url_option="--x")
+    budget = Budget(None)
+
+    async def go() -> None:
+        try:
+            with contextlib.suppress(asyncio.CancelledError), budget.reserve("model-x"):
+                await conn.call(_send(provider))
+                raise asyncio.CancelledError  # stopped before the answer was charged
+        finally:
+            await conn.aclose()
+
+    asyncio.run(go())
+    assert budget.open_calls()[0] == 1
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
