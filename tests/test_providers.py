@@ -247,6 +247,11 @@ LADDER = [
 # --------------------------------------------------------------------------- what a provider may bill
 
 
+def _connection(provider: str, url: str, transport: Transport) -> Connection[Any]:
+    cls: type[Connection[Any]] = OpenAIConnection if provider == "openai" else AnthropicConnection
+    return cls("model-x", transport, base_url=url, base_url_option="--x")
+
+
 def _send(provider: str) -> Callable[[Any], Awaitable[Any]]:
     async def send(client: Any) -> Any:
         if provider == "openai":
@@ -292,8 +297,7 @@ def test_a_failed_judge_call_counts_as_one_a_provider_may_bill_once_its_request_
             )
     else:
         fake_llm.enqueue(reply)
-    cls: type[Connection[Any]] = OpenAIConnection if provider == "openai" else AnthropicConnection
-    conn = cls("model-x", Transport(30.0, max_retries=0), base_url=url, base_url_option="--x")
+    conn = _connection(provider, url, Transport(30.0, max_retries=0))
     budget = Budget(None)
 
     async def go() -> None:
@@ -318,9 +322,7 @@ def test_a_call_stopped_after_its_answer_came_counts_as_one_a_provider_may_bill(
     from pytest_agenteval._cost import Budget
 
     fake_llm.enqueue(ok(provider).with_usage(1000, 0))
-    cls: type[Connection[Any]] = OpenAIConnection if provider == "openai" else AnthropicConnection
-    url = base_url(fake_llm, provider)
-    conn = cls("model-x", Transport(30.0, max_retries=0), base_url=url, base_url_option="--x")
+    conn = _connection(provider, base_url(fake_llm, provider), Transport(30.0, max_retries=0))
     budget = Budget(None)
 
     async def go() -> None:
@@ -354,30 +356,16 @@ def test_the_error_ladder(
     if reply.kind == "error" and reply.text:
         reply = Reply.error(reply.status, reply.text.format(key=key), headers=reply.headers)
     fake_llm.enqueue(reply)
-    cls: type[Connection[Any]] = OpenAIConnection if provider == "openai" else AnthropicConnection
     # a short timeout only where the answer hangs: on a loaded machine a prompt error
     # reply can take longer than 0.3 s, and would then read as a timeout
     timeout = 0.3 if reply.delay else 30.0
-    conn = cls(
-        "model-x",
-        Transport(timeout, max_retries=0, breaker_threshold=1),
-        base_url=base_url(fake_llm, provider),
-        base_url_option="--x",
-    )
-
-    async def send(client: Any) -> Any:
-        if provider == "openai":
-            return await client.chat.completions.create(
-                model="model-x", messages=[{"role": "user", "content": "hi"}]
-            )
-        return await client.messages.create(
-            model="model-x", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
-        )
+    transport = Transport(timeout, max_retries=0, breaker_threshold=1)
+    conn = _connection(provider, base_url(fake_llm, provider), transport)
 
     async def go() -> ProviderFailure:
         try:
             with pytest.raises(ProviderError) as info:
-                await conn.call(send)
+                await conn.call(_send(provider))
             # raised outside the SDK's handler: its text (which may echo the key) is not
             # even in the exception chain
             assert info.value.__context__ is None and info.value.__cause__ is None
