@@ -748,6 +748,7 @@ OWN_NAME = "20261202T203038Z-2a2bb5a464"
         "20261202T203038Z",
         "20261202T203038Z-2a2bb5a46",
         "run-20991231T000000Z-2a2bb5a464",
+        "٢٠٩٩١٢٣١T000000Z-2a2bb5a464",  # digits, but not the ASCII ones a stamp is written in
     ],
 )
 def test_a_run_under_its_own_name_or_one_claiming_nothing_verifies(
@@ -755,7 +756,8 @@ def test_a_run_under_its_own_name_or_one_claiming_nothing_verifies(
 ) -> None:
     run_dir = tmp_path / name
     _write_run(run_dir, _records(2), manifest=NAMED)
-    assert verify_run(run_dir).complete
+    result = verify_run(run_dir)
+    assert result.ok and result.complete, result.problems
 
 
 @pytest.mark.parametrize(
@@ -798,6 +800,13 @@ def test_a_run_verified_from_inside_is_held_to_its_name(
     _write_run(renamed, _records(1), manifest=NAMED)
     monkeypatch.chdir(renamed)
     assert verify_run(Path(".")).problems[0].startswith("directory name: it says the run started")
+
+
+def test_what_a_forged_manifest_gives_for_a_name_is_shown_escaped(tmp_path: Path) -> None:
+    run_dir = tmp_path / "20261202T203038Z-deadbeef00"
+    _write_run(run_dir, _records(1), manifest={**NAMED, "run_id": "\x1b[2J\x1b]0;pwned\x07"})
+    (problem,) = verify_run(run_dir).problems
+    assert "\x1b" not in problem and "\\x1b[2J" in problem
 
 
 def test_a_manifest_start_that_cannot_be_read_fails_a_name_of_the_plugins_form(

@@ -184,7 +184,7 @@ _O_BINARY = getattr(os, "O_BINARY", 0)
 RUN_NAME_STAMP = "%Y%m%dT%H%M%SZ"
 #: A run directory's name as the plugin gives it: its start, the first ten hex digits of
 #: its run id, and a condition's slug and a counter, if any
-_RUN_NAME = re.compile(r"(\d{8}T\d{6}Z)-([0-9a-f]{10})(?:-.*)?", re.DOTALL)
+_RUN_NAME = re.compile(r"([0-9]{8}T[0-9]{6}Z)-([0-9a-f]{10})(?:-.*)?", re.DOTALL)
 
 _Container = TypeVar("_Container")
 _Key = TypeVar("_Key")
@@ -1725,7 +1725,8 @@ def _check_name(run_dir: Path, manifest: JSONObject, found: _Findings) -> None:
     stamp, short = named.groups()
     if not run_id.startswith(short):
         found.add(
-            f"directory name: it says run id {short}, {MANIFEST_NAME} says {clip(run_id, 16)} "
+            f"directory name: it says run id {short}, {MANIFEST_NAME} says "
+            f"{_show(clip(run_id, 16))} "
             "(renamed, or another run's files?)"
         )
     try:
@@ -1737,7 +1738,7 @@ def _check_name(run_dir: Path, manifest: JSONObject, found: _Findings) -> None:
     elif (named_start := when.astimezone(timezone.utc).strftime(RUN_NAME_STAMP)) != stamp:
         found.add(
             f"directory name: it says the run started {stamp}, {MANIFEST_NAME} says "
-            f"{clip(started, 40)} ({named_start}): renamed?"
+            f"{_show(clip(started, 40))} ({named_start}): renamed?"
         )
 
 

@@ -73,6 +73,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import math
@@ -1052,8 +1053,10 @@ def _lock(fd: int) -> bool:
 
         try:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except PermissionError:
-            return False
+        except OSError as exc:  # the C runtime's errno: EACCES while another holds it
+            if exc.errno in (errno.EACCES, errno.EDEADLOCK):
+                return False
+            raise
         return True
     import fcntl
 
