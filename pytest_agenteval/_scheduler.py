@@ -35,7 +35,7 @@ import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._cost import Budget
@@ -314,8 +314,7 @@ class Scheduler:
         loop = self._loop
         if loop is None or not pending:
             return
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(asyncio.wait(pending, timeout=5))
+        _unwind(loop, lambda: asyncio.wait([f for f in pending if not f.done()], timeout=5))
 
     def close(self) -> None:
         """Cancel what is pending, close the loop, and wait for the warm-up's imports (at
@@ -339,10 +338,8 @@ class Scheduler:
             if tasks:  # a task that ignores cancellation cannot hold up the session
                 await asyncio.wait(tasks, timeout=5)
 
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(drain())
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(loop.shutdown_asyncgens())
+        _unwind(loop, drain)
+        _unwind(loop, loop.shutdown_asyncgens)
         loop.close()
 
 
@@ -361,6 +358,27 @@ def _before_fork() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(before=_before_fork)
+
+
+#: Passes of :func:`_unwind` at most: one more for each task that re-raises a Ctrl-C
+_UNWIND_PASSES = 10
+
+
+def _unwind(loop: asyncio.AbstractEventLoop, step: Callable[[], Awaitable[Any]]) -> None:
+    """Run *step()* on *loop* to its end at the run's close; an error is dropped (the run
+    is over). A Ctrl-C that landed in a task's own code (the loop runs on the main thread)
+    stopped the run once, and stays in that task: anything awaiting it through
+    ``asyncio.wait_for`` re-raises it when cancelled here, and it would leave pytest as a
+    second KeyboardInterrupt (exit -2 with a traceback, the clients left open). So the
+    unwinding goes on past it, for a few passes."""
+    for _ in range(_UNWIND_PASSES):
+        try:
+            loop.run_until_complete(step())
+        except KeyboardInterrupt:
+            continue
+        except Exception:
+            return
+        return
 
 
 def _run(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:

@@ -600,6 +600,48 @@ def test_a_cancelled_run_that_ends_in_an_error_is_not_reported_as_never_retrieve
     assert reported == []
 
 
+def test_a_ctrl_c_held_in_a_task_does_not_escape_the_close(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """A Ctrl-C that lands in a call's own code (the loop runs on the main thread) stops
+    the wait once, and stays in that task: the task awaiting it through asyncio.wait_for
+    re-raised it when the close cancelled it, and pytest ended with a second
+    KeyboardInterrupt (exit -2 and a traceback, seen in CI on a Ctrl-C during batch
+    judging) before the clients were closed. The close unwinds past it, and nothing is
+    reported as never retrieved."""
+    import gc
+
+    scheduler = make_scheduler(2)
+    reported: list[object] = []
+    loop = scheduler._ensure_loop()
+    loop.set_exception_handler(lambda loop, context: reported.append(context.get("message")))
+    unwound: list[str] = []
+
+    async def call() -> None:
+        await asyncio.sleep(0)
+        raise KeyboardInterrupt  # Ctrl-C, landing while this code runs
+
+    async def bounded() -> None:
+        try:
+            await asyncio.wait_for(call(), 10)
+        finally:
+            unwound.append("bounded")
+
+    async def other() -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            unwound.append("other")
+
+    scheduler.submit(other())
+    with pytest.raises(KeyboardInterrupt):
+        scheduler.run_coro(bounded())
+    scheduler.close()  # raised KeyboardInterrupt here
+    assert sorted(unwound) == ["bounded", "other"] and loop.is_closed()
+    gc.collect()
+    assert reported == []
+
+
 def _warm_up_running(scheduler: Scheduler) -> threading.Event:
     """A warm-up of half a second started on *scheduler* (an item waited for a call until
     it began); the event is set when it ends."""
