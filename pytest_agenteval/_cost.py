@@ -309,11 +309,15 @@ class Budget:
 @dataclass
 class Wire:
     """What one paid call put on the wire, as the provider connections' HTTP hooks saw it:
-    requests started, those cut off after they were sent (before their answer ended), and
-    those answered with a success status (billed, whether or not the call gets to read it)."""
+    requests started, those the run stopped after they were sent (before their answer
+    ended), those whose answer was lost once they went out whole (a connection closed
+    under them), and those answered with a success status (billed, whether or not the
+    call gets to read it). The last two count only for a call the run stops: a call that
+    fails by itself counts as costing nothing, as it always did."""
 
     requests: int = 0
     cut_off: int = 0
+    lost: int = 0
     answered: int = 0
 
 
@@ -373,8 +377,9 @@ class Bill:
             # sent, maybe answered: a provider may bill it; unless the connections saw its
             # requests and none was on its way or answered (a refused connection, a wait to
             # retry). A call they did not see (a Python subject's own client) may have been
-            # sent. One stopped after its answer came, before it was charged, was billed.
-            if wire is None or not wire.requests or wire.cut_off or wire.answered:
+            # sent. One whose answer came (before it was charged), or was lost under it
+            # (the run's shutdown closing the clients), may have been billed too.
+            if wire is None or not wire.requests or wire.cut_off or wire.lost or wire.answered:
                 self.budget._cancelled(self)
         self.release()
 

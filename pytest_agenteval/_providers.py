@@ -311,26 +311,26 @@ def _tracer(
     traffic: Traffic | None, wire: Wire | None
 ) -> Callable[[str, Mapping[str, object]], Awaitable[None]]:
     """httpcore's ``trace`` extension for one request: counts it in *traffic*'s and
-    *wire*'s cut_off when it is stopped after its headers went out, or its answer is lost
-    once it went out whole (a connection closed under it, a read timeout): the provider
-    got it, and may bill it. A refused connection, or a wait between retries, sent
-    nothing a provider could bill."""
+    *wire*'s cut_off when it is stopped after its headers went out (waiting for its
+    answer, or reading one that trickles in), and in *wire*'s lost when its answer is
+    lost otherwise once it went out whole (a connection closed under it): the provider
+    got it either way. A refused connection, or a wait between retries, sent nothing a
+    provider could bill."""
     sent = counted = False
 
     async def trace(event: str, info: Mapping[str, object]) -> None:
         nonlocal sent, counted
         if event.endswith("send_request_headers.started"):
             sent = True
-        elif (
-            event.endswith(".failed")
-            and sent
-            and not counted
-            and (isinstance(info.get("exception"), _STOPS) or ".receive_response" in event)
-        ):
-            counted = True
-            for counter in (traffic, wire):
-                if counter is not None:
-                    counter.cut_off += 1
+        elif event.endswith(".failed") and sent and not counted:
+            if isinstance(info.get("exception"), _STOPS):
+                counted = True
+                for counter in (traffic, wire):
+                    if counter is not None:
+                        counter.cut_off += 1
+            elif ".receive_response" in event and wire is not None:
+                counted = True
+                wire.lost += 1
 
     return trace
 

@@ -312,9 +312,13 @@ class Scheduler:
         pending = [f for f in self.tasks.values() if not f.done()]
         self.cancel_pending()
         loop = self._loop
-        if loop is None or not pending:
+        if loop is None:
             return
-        _unwind(loop, lambda: asyncio.wait([f for f in pending if not f.done()], timeout=5))
+        # a Ctrl-C held in a task re-raises when the task is next woken (see _unwind): here,
+        # rather than in the calls that close the clients next
+        _unwind(loop, lambda: asyncio.sleep(0))
+        if pending:
+            _unwind(loop, lambda: asyncio.wait([f for f in pending if not f.done()], timeout=5))
 
     def close(self) -> None:
         """Cancel what is pending, close the loop, and wait for the warm-up's imports (at

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -1094,6 +1095,34 @@ def test_a_run_started_while_another_judges_in_batches_there_stops_and_submits_n
     third.assert_outcomes(passed=6)
     third.stdout.fnmatch_lines([f"*resuming batch {batch_id} *from the earlier run {pending.name}"])
     assert env.batch.created == [batch_id] and live_calls(env) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+@pytest.mark.parametrize("what", ["fifo", "hard link"])
+def test_a_lock_path_that_is_no_lock_file_of_its_own_is_a_usage_error(
+    golden: pytest.Pytester, env: FakeLLMServer, what: str
+) -> None:
+    """A FIFO at the lock's path crashed the run (INTERNALERROR from ftruncate); a hard
+    link to another file had that file overwritten with a process id. Both are refused,
+    the other file left as it was, and nothing is submitted."""
+    env.batch.behave(polls=0)
+    golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini").assert_outcomes(passed=6)
+    (folder,) = {d.parent for d in run_dirs(golden)}
+    lock = folder / ".agenteval-batch.lock"
+    lock.unlink()
+    victim = golden.path / "victim.txt"
+    victim.write_text("keep me\n")
+    if what == "fifo":
+        os.mkfifo(lock)
+    else:
+        os.link(victim, lock)
+    result = golden.runpytest(*BATCH, "--judge=openai:gpt-4o-mini")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
+    result.stderr.fnmatch_lines(
+        ["*batch judging: *.agenteval-batch.lock is not a lock file of its own*"]
+    )
+    assert victim.read_text() == "keep me\n"
+    assert len(env.batch.created) == 1
 
 
 def test_a_wait_shorter_than_the_poll_interval_is_kept(

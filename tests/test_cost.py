@@ -1057,6 +1057,8 @@ def test_a_ctrl_c_under_xdist_leaves_no_paid_call_out_of_the_cost(
         cost["total"]["usd"]
         + unrecorded.get("usd_answered", 0.0)
         + unrecorded.get("usd_at_average", 0.0)
+        # cut off in a worker before its first charge: no average to price them at ($1 each)
+        + unrecorded.get("calls_unpriced", 0)
     )
     # never less than the provider got; more only by a request stopped on its way out
     assert len(got) <= counted <= len(got) + 8, (len(got), cost, out.decode()[-3000:])

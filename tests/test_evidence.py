@@ -745,8 +745,9 @@ OWN_NAME = "20261202T203038Z-2a2bb5a464"
         f"{OWN_NAME}-calm-user",  # a condition's slug
         f"{OWN_NAME}-2",  # a second run of the same second and id
         "baseline",  # names of any other form claim nothing
-        "20261202T203038Z",
+        "20261202T203038Z",  # the stamp alone, or with what is no run id
         "20261202T203038Z-2a2bb5a46",
+        "20261202T203038Z-2A2BB5A464",  # the id in capitals
         "run-20991231T000000Z-2a2bb5a464",
         "٢٠٩٩١٢٣١T000000Z-2a2bb5a464",  # digits, but not the ASCII ones a stamp is written in
     ],
@@ -772,6 +773,24 @@ def test_a_run_under_its_own_name_or_one_claiming_nothing_verifies(
             "20261202T203039Z-2a2bb5a464-calm",
             "directory name: it says the run started 20261202T203039Z, manifest.json says "
             "2026-12-02T21:30:38.123+01:00 (20261202T203038Z): renamed?",
+        ),
+        *(  # look-alikes of a newer run's name claim its start all the same
+            (
+                name,
+                "directory name: it says the run started 20991231T000000Z, manifest.json says "
+                "2026-12-02T21:30:38.123+01:00 (20261202T203038Z): renamed?",
+            )
+            for name in (
+                "20991231T000000Z",
+                "20991231T000000Z-2a2bb5a4640",
+                "20991231T000000Z_2a2bb5a464",
+                "20991231T000000Z-zzzzzzzzzz",
+            )
+        ),
+        (
+            "20261202T203038Z-DEADBEEF00",
+            "directory name: it says run id DEADBEEF00, manifest.json says 2a2bb5a46400000… "
+            "(renamed, or another run's files?)",
         ),
         (
             "20261202T203038Z-deadbeef00",

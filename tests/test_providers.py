@@ -266,24 +266,27 @@ def _send(provider: str) -> Callable[[Any], Awaitable[Any]]:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("stopped", [True, False], ids=["then-stopped", "failed-by-itself"])
 @pytest.mark.parametrize(
-    ("reply", "billable"),
+    ("reply", "lost"),
     [
-        (Reply.drop(), 1),  # the request went out whole and its answer was lost
-        (Reply.drop(partial=True), 1),  # the answer was cut off halfway
-        (Reply.error(500, "boom"), 0),  # answered: a server error, not billed
-        (Reply.error(429, "slow down"), 0),
-        (None, 0),  # a refused connection: nothing went out
+        (Reply.drop(), True),  # the request went out whole and its answer was lost
+        (Reply.drop(partial=True), True),  # the answer was cut off halfway
+        (Reply.error(500, "boom"), False),  # answered: a server error, not billed
+        (Reply.error(429, "slow down"), False),
+        (None, False),  # a refused connection: nothing went out
     ],
     ids=["dropped", "cut-halfway", "500", "429", "refused"],
 )
-def test_a_failed_judge_call_counts_as_one_a_provider_may_bill_once_its_request_went_out(
-    fake_llm: FakeLLMServer, provider: str, reply: Reply | None, billable: int
+def test_a_call_the_run_stops_after_its_answer_was_lost_counts_as_one_a_provider_may_bill(
+    fake_llm: FakeLLMServer, provider: str, reply: Reply | None, lost: bool, stopped: bool
 ) -> None:
-    """A connection closed under a request that went out whole (a provider restarting, the
-    run's own shutdown closing its clients) loses an answer the provider may have made and
-    billed: a hostile review's Ctrl-C under -n 2 found such calls missing from 'paid calls
-    cut off in flight'. An answered error, or a connection refused, cost nothing."""
+    """The workers' shutdown closed the clients under requests that had gone out whole: the
+    read failed, the SDK waited to retry, and the run's stop came in that wait, so the call
+    counted as never on its way (a hostile review's Ctrl-C under -n 2 found such calls
+    missing from 'paid calls cut off in flight'). Stopped then, it counts; a call that
+    fails by itself counts as costing nothing, as it always did (a judge's and a
+    subject's alike). An answered error, or a refused connection, cost nothing."""
     from pytest_agenteval._cost import Budget, Cost
 
     url = base_url(fake_llm, provider)
@@ -302,15 +305,17 @@ def test_a_failed_judge_call_counts_as_one_a_provider_may_bill_once_its_request_
 
     async def go() -> None:
         try:
-            with budget.reserve("model-x") as bill:
+            with contextlib.suppress(asyncio.CancelledError), budget.reserve("model-x") as bill:
                 with pytest.raises(ProviderError):
                     await conn.call(_send(provider))
+                if stopped:  # the run's stop, landing where the SDK would wait to retry
+                    raise asyncio.CancelledError
                 bill.charge_used(Cost(usd=None, prompt_tokens=0, completion_tokens=0))
         finally:
             await conn.aclose()
 
     asyncio.run(go())
-    assert budget.open_calls()[0] == billable
+    assert budget.open_calls()[0] == (1 if lost and stopped else 0)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -73,10 +73,11 @@ The directory's name
 The plugin names a run directory ``<UTC start, to the second>-<first ten hex digits of
 the run id>``, then a condition's slug and a counter when there are any
 (``20261202T203038Z-2a2bb5a464``). Such a name is a claim about the run, which a
-reader (and a person choosing a baseline) goes by, so :func:`verify_run` holds it
-to the manifest's ``started_at`` and ``run_id``, which the chain binds: an old run
-renamed to look newer fails. A name of any other form claims nothing and is not
-checked (a run copied to ``baseline/``).
+reader (and a person choosing a baseline) goes by, so :func:`verify_run` holds a name
+that starts with such a stamp to the manifest's ``started_at``, and the ten hex digits
+after it, when there are, to its ``run_id`` (the chain binds both): an old run renamed
+to look newer fails, a look-alike name too. A name that starts otherwise claims
+nothing and is not checked (a run copied to ``baseline/``).
 
 Reading evidence
 ----------------
@@ -182,9 +183,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _O_BINARY = getattr(os, "O_BINARY", 0)
 #: How a run directory's name gives when its run started (UTC, to the second)
 RUN_NAME_STAMP = "%Y%m%dT%H%M%SZ"
-#: A run directory's name as the plugin gives it: its start, the first ten hex digits of
-#: its run id, and a condition's slug and a counter, if any
-_RUN_NAME = re.compile(r"([0-9]{8}T[0-9]{6}Z)-([0-9a-f]{10})(?:-.*)?", re.DOTALL)
+#: The start of a run directory's name as the plugin gives it: when the run started, then
+#: the first ten hex digits of its run id (a condition's slug and a counter may follow).
+#: Any name starting with such a stamp claims it, whatever follows (a look-alike too).
+_RUN_NAME = re.compile(r"([0-9]{8}T[0-9]{6}Z)(?:-([0-9a-fA-F]{10}))?")
 
 _Container = TypeVar("_Container")
 _Key = TypeVar("_Key")
@@ -1718,12 +1720,12 @@ def _check_manifest(run_dir: Path, found: _Findings) -> _ManifestInfo | None:
 def _check_name(run_dir: Path, manifest: JSONObject, found: _Findings) -> None:
     """A name of the plugin's form must agree with the manifest's start and run id (see
     the module docstring); any other name claims nothing."""
-    named = _RUN_NAME.fullmatch(Path(os.path.abspath(run_dir)).name)
+    named = _RUN_NAME.match(Path(os.path.abspath(run_dir)).name)
     run_id, started = manifest.get("run_id"), manifest.get("started_at")
     if named is None or not isinstance(run_id, str) or not isinstance(started, str):
         return
     stamp, short = named.groups()
-    if not run_id.startswith(short):
+    if short is not None and not run_id.startswith(short.lower()):
         found.add(
             f"directory name: it says run id {short}, {MANIFEST_NAME} says "
             f"{_show(clip(run_id, 16))} "

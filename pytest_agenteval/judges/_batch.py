@@ -79,6 +79,7 @@ import json
 import math
 import os
 import secrets
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -1071,17 +1072,27 @@ def hold_folder(state: AgentevalState, folder: Path) -> str | None:
     """Hold *folder*'s batch lock until this pytest run ends (or its process dies): None
     once held, else who holds it. A file system without locks is said, and not held."""
     path = folder / LOCK_FILE
+    flags = os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | flags, 0o644)
+        except PermissionError:  # another user's lock file: a lock needs no writing
+            fd = os.open(path, os.O_RDONLY | flags)
     except OSError as exc:
         raise pytest.UsageError(
             f"agenteval: batch judging: cannot open the lock {path}: {exc.strerror or exc}"
         ) from None
+    state.config.add_cleanup(lambda: os.close(fd))
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:  # a FIFO, a hard link
+        raise pytest.UsageError(
+            f"agenteval: batch judging: {path} is not a lock file of its own (a FIFO, a "
+            "device, or a link to another file): remove it"
+        )
     try:
         held = _lock(fd)
     except OSError as exc:
-        os.close(fd)
         _say(
             state,
             f"agenteval: batch judging: {_shown(state, folder)} cannot be locked "
@@ -1094,12 +1105,10 @@ def hold_folder(state: AgentevalState, folder: Path) -> str | None:
             written = os.read(fd, 32).decode("ascii", "replace").strip()
         except OSError:  # Windows: the holder's lock covers what it wrote
             written = ""
-        finally:
-            os.close(fd)
         return f"process {written}" if written.isdigit() else "another process"
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    state.config.add_cleanup(lambda: os.close(fd))
+    with contextlib.suppress(OSError):  # opened read-only: the holder goes unnamed
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
     return None
 
 
