@@ -168,11 +168,10 @@ class Collected:
 
 
 def _time(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    from .evidence._chain import parse_rfc3339
+
+    when = parse_rfc3339(text)
+    if when is None:
         return None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 

@@ -152,6 +152,7 @@ __all__ = [
     "is_seal",
     "json_safe",
     "json_safe_record",
+    "parse_rfc3339",
     "sha256_hex",
     "utc_now_rfc3339",
     "verify_run",
@@ -377,6 +378,18 @@ def utc_now_rfc3339() -> str:
     """Current UTC time as RFC 3339 with milliseconds and a ``Z`` suffix."""
     now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     return now.replace("+00:00", "Z")
+
+
+def parse_rfc3339(text: object) -> datetime | None:
+    """*text* read as an RFC 3339 / ISO 8601 time (a ``Z`` suffix too, which Python 3.10's
+    ``fromisoformat`` does not take); None when it is no such text. Naive when *text*
+    gives no offset: what that means is the caller's to decide."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 # --------------------------------------------------------------------------
@@ -1718,8 +1731,9 @@ def _check_manifest(run_dir: Path, found: _Findings) -> _ManifestInfo | None:
 
 
 def _check_name(run_dir: Path, manifest: JSONObject, found: _Findings) -> None:
-    """A name of the plugin's form must agree with the manifest's start and run id (see
-    the module docstring); any other name claims nothing."""
+    """A name that starts with a stamp must agree with the manifest's start, and the run id
+    that may follow it with the manifest's (see the module docstring); a name that starts
+    otherwise claims nothing."""
     named = _RUN_NAME.match(Path(os.path.abspath(run_dir)).name)
     run_id, started = manifest.get("run_id"), manifest.get("started_at")
     if named is None or not isinstance(run_id, str) or not isinstance(started, str):
@@ -1731,10 +1745,7 @@ def _check_name(run_dir: Path, manifest: JSONObject, found: _Findings) -> None:
             f"{_show(clip(run_id, 16))} "
             "(renamed, or another run's files?)"
         )
-    try:
-        when = datetime.fromisoformat(started.replace("Z", "+00:00"))
-    except ValueError:
-        when = None
+    when = parse_rfc3339(started)
     if when is None or when.tzinfo is None:
         found.add(f"directory name: {MANIFEST_NAME} gives no UTC start to hold it to")
     elif (named_start := when.astimezone(timezone.utc).strftime(RUN_NAME_STAMP)) != stamp:

@@ -40,6 +40,7 @@ from ._chain import (
     canonical_json,
     json_safe,
     json_safe_record,
+    parse_rfc3339,
     sha256_hex,
     write_file_atomic,
     write_file_atomic_with,
@@ -425,11 +426,10 @@ def run_started(run_dir: Path) -> datetime:
     and bound into the run's chain), or, when that cannot be read, the stamp its name
     starts with; the earliest time for a folder with neither."""
     try:  # read as verify reads it: a FIFO, device or symlink is never opened, size bounded
-        when = json.loads(_read_small(run_dir / MANIFEST_NAME))["started_at"]
-        started = datetime.fromisoformat(when.replace("Z", "+00:00"))
-        if started.tzinfo is not None:
+        started = parse_rfc3339(json.loads(_read_small(run_dir / MANIFEST_NAME))["started_at"])
+        if started is not None and started.tzinfo is not None:
             return started
-    except (OSError, _Unreadable, ValueError, LookupError, TypeError, AttributeError):
+    except (OSError, _Unreadable, ValueError, LookupError, TypeError):
         pass
     try:
         return datetime.strptime(run_dir.name[:16], RUN_NAME_STAMP).replace(tzinfo=timezone.utc)

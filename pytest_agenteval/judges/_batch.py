@@ -1071,10 +1071,9 @@ def _lock(fd: int) -> bool:
 def hold_folder(state: AgentevalState, folder: Path) -> str | None:
     """Hold *folder*'s batch lock until this pytest run ends (or its process dies): None
     once held, else who holds it. A file system without locks is said, and not held."""
-    path = folder / LOCK_FILE
+    path = folder / LOCK_FILE  # folder holds this run's directory: it exists
     flags = os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_RDWR | flags, 0o644)
         except PermissionError:  # another user's lock file: a lock needs no writing
@@ -1207,6 +1206,7 @@ async def look_up(job: Job, entry: JSONObject) -> tuple[object | None, str | Non
     provider holds none; ``(None, why)`` when the listing cannot tell. OpenAI lists batches
     newest first: the look-up stops at those created before the upload. Each page is
     bounded by --judge-deadline; at most :data:`_LOOK_UP_PAGES` pages."""
+    from ..evidence._chain import parse_rfc3339
     from ._llm import OpenAIJudge
 
     judge = job.judge
@@ -1217,9 +1217,8 @@ async def look_up(job: Job, entry: JSONObject) -> tuple[object | None, str | Non
     attempted = entry.get("create_attempted_at")
     if type(uploaded) is int:
         since = uploaded - _UPLOAD_SLACK_S
-    elif isinstance(attempted, str):
+    elif (when := parse_rfc3339(attempted)) is not None:
         with contextlib.suppress(ValueError, OverflowError):
-            when = datetime.fromisoformat(attempted.replace("Z", "+00:00"))
             since = when.timestamp() - _CLOCK_SLACK_S
     client = judge.conn.client()
     after: str | None = None
