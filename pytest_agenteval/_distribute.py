@@ -43,6 +43,7 @@ those items twice.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 
@@ -143,6 +144,15 @@ class FedLoadScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no
         )
 
     def _send_tests(self, node: Any, num: int) -> None:
+        """:meth:`_send_to`, to a worker that may have died since it last reported: its pipe
+        is closed, and xdist's send raised OSError out of the controller's loop (an
+        INTERNALERROR of the whole run, seen in CI after a worker crashed). The items are
+        in its queue already, and go to the others when xdist hears of the crash
+        (:meth:`remove_node`)."""
+        with contextlib.suppress(OSError):
+            self._send_to(node, num)
+
+    def _send_to(self, node: Any, num: int) -> None:
         """xdist's, with the suspects held back: one goes to a worker only as the last item
         of a queue of at most one, and nothing follows a suspect it runs but one item."""
         if not self.suspects:

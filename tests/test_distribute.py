@@ -26,12 +26,15 @@ class Worker:
         self.gateway = type("Gateway", (), {"id": name})()
         self.sent: list[list[int]] = []
         self.shut = 0
+        self.closed = False  # the process died: its pipe is closed
 
     @property
     def shutting_down(self) -> bool:
         return self.shut > 0
 
     def send_runtest_some(self, indices: list[int]) -> None:
+        if self.closed:  # as execnet's channel says it
+            raise OSError("cannot send (already closed?)")
         assert not self.shut, "an item sent after the shutdown"
         self.sent.append(list(indices))
 
@@ -165,6 +168,22 @@ def test_a_crashed_workers_items_go_to_the_others_whose_share_grows(
     assert set(lost[1:]) <= set(sched.pending) | set(sched.node2pending[nodes[1]])
     # one worker left: its share is the whole concurrency, its window 2 x 16
     assert len(sched.node2pending[nodes[1]]) == sched.depth() == 34
+
+
+def test_items_sent_to_a_worker_that_just_died_go_to_the_others(config: pytest.Config) -> None:
+    """A worker crashed between its last report and the items sent to it: xdist's send
+    raised OSError ('cannot send (already closed?)') out of the controller's loop, an
+    INTERNALERROR of the whole run (seen in CI). The items wait in its queue, and go to
+    the other worker once xdist hears of the crash."""
+    sched = FedLoadScheduling(config, concurrency=16)
+    dead, alive = started(sched, SCENARIOS[:100])
+    dead.closed = True
+    first = sched.node2pending[dead][0]
+    sched.mark_test_complete(dead, first, 0.01)  # tops its queue up: the send fails
+    queued = list(sched.node2pending[dead])
+    assert len(queued) == sched.depth()  # held for it, as if sent
+    sched.remove_node(dead)
+    assert set(queued[1:]) <= set(sched.pending) | set(sched.node2pending[alive])
 
 
 def isolated(sched: Any, node: Worker) -> None:
