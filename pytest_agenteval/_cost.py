@@ -296,29 +296,38 @@ class Budget:
 
     def _settle(self, bill: Bill, cost: Cost | None) -> None:
         with self._lock:
-            if bill.paid:
-                self._open[bill.model] -= 1
+            # spent first, then out of those in flight: a Ctrl-C raised in between (it may
+            # land on any line) counts the call twice rather than not at all
             if cost is not None and cost.usd is not None:  # else failed, or without a rate
                 self.spent += cost.usd
                 if math.isfinite(cost.usd):
                     total, calls = self._priced.get(bill.model, (0.0, 0))
                     self._priced[bill.model] = (total + cost.usd, calls + 1)
+            if bill.paid:
+                self._open[bill.model] -= 1
             self._note()
 
 
 @dataclass
 class Wire:
     """What one paid call put on the wire, as the provider connections' HTTP hooks saw it:
-    requests started, those the run stopped after they were sent (before their answer
-    ended), those whose answer was lost once they went out whole (a connection closed
-    under them), and those answered with a success status (billed, whether or not the
-    call gets to read it). The last two count only for a call the run stops: a call that
+    requests started, those on the wire now (headers sent, no status read yet, not failed
+    by themselves), those the run stopped after they were sent (inside a traced step),
+    those whose answer was lost once they went out whole (a connection closed under
+    them), and those answered with a success status (billed, whether or not the call gets
+    to read it). All but the first count only for a call the run stops: a call that
     fails by itself counts as costing nothing, as it always did."""
 
     requests: int = 0
+    on_wire: int = 0
     cut_off: int = 0
     lost: int = 0
     answered: int = 0
+
+    def may_bill(self) -> bool:
+        """Stopped now, might a provider bill this call? Yes once a request went out whole
+        or may have, unless each that did was answered with an error status."""
+        return bool(self.on_wire or self.cut_off or self.lost or self.answered)
 
 
 #: The wire of the :class:`Bill` open in this context (its call's requests count here)
@@ -379,7 +388,7 @@ class Bill:
             # retry). A call they did not see (a Python subject's own client) may have been
             # sent. One whose answer came (before it was charged), or was lost under it
             # (the run's shutdown closing the clients), may have been billed too.
-            if wire is None or not wire.requests or wire.cut_off or wire.lost or wire.answered:
+            if wire is None or not wire.requests or wire.may_bill():
                 self.budget._cancelled(self)
         self.release()
 

@@ -307,32 +307,50 @@ class _HttpResponse(Protocol):
 _STOPS = (asyncio.CancelledError, KeyboardInterrupt)
 
 
-def _tracer(
-    traffic: Traffic | None, wire: Wire | None
-) -> Callable[[str, Mapping[str, object]], Awaitable[None]]:
-    """httpcore's ``trace`` extension for one request: counts it in *traffic*'s and
-    *wire*'s cut_off when it is stopped after its headers went out (waiting for its
-    answer, or reading one that trickles in), and in *wire*'s lost when its answer is
-    lost otherwise once it went out whole (a connection closed under it): the provider
-    got it either way. A refused connection, or a wait between retries, sent nothing a
-    provider could bill."""
-    sent = counted = False
+class _Tracer:
+    """httpcore's ``trace`` extension for one request, and its part in its call's *wire*.
 
-    async def trace(event: str, info: Mapping[str, object]) -> None:
-        nonlocal sent, counted
+    A request is on the wire from the moment its headers start out until its answer's
+    status is read (:meth:`answered`) or it fails by itself; a call the run stops while
+    one is on the wire may be billed, wherever the stop lands: in a trace event, between
+    two of them, or between the answer's arrival and the response hook (Ctrl-C raises in
+    whatever code the main thread runs). A request stopped inside a traced step counts in
+    *traffic*'s and *wire*'s cut_off too (a judge's deadline, say); one whose answer is
+    lost once it went out whole (a connection closed under it) counts in *wire*'s lost.
+    A refused connection, or a wait between retries, sent nothing a provider could bill."""
+
+    __slots__ = ("ended", "sent", "traffic", "wire")
+
+    def __init__(self, traffic: Traffic | None, wire: Wire | None) -> None:
+        self.traffic, self.wire = traffic, wire
+        self.sent = self.ended = False
+
+    async def __call__(self, event: str, info: Mapping[str, object]) -> None:
         if event.endswith("send_request_headers.started"):
-            sent = True
-        elif event.endswith(".failed") and sent and not counted:
+            self.sent = True
+            if self.wire is not None:
+                self.wire.on_wire += 1
+        elif event.endswith(".failed") and self.sent and not self.ended:
             if isinstance(info.get("exception"), _STOPS):
-                counted = True
-                for counter in (traffic, wire):
+                for counter in (self.traffic, self.wire):
                     if counter is not None:
                         counter.cut_off += 1
-            elif ".receive_response" in event and wire is not None:
-                counted = True
-                wire.lost += 1
+                return  # still on the wire: the stop is the call's
+            if ".receive_response" in event and self.wire is not None:
+                self.wire.lost += 1
+            self._end()
 
-    return trace
+    def answered(self, status: int) -> None:
+        """The answer's status was read: a success is billed (counted first, so that a stop
+        in between counts the request twice rather than not at all)."""
+        if self.wire is not None and status < 400:
+            self.wire.answered += 1
+        self._end()
+
+    def _end(self) -> None:
+        if self.sent and not self.ended and self.wire is not None:
+            self.wire.on_wire -= 1
+        self.ended = True
 
 
 def _event_hooks(cap: float) -> dict[str, list[Callable[..., Awaitable[None]]]]:
@@ -344,13 +362,18 @@ def _event_hooks(cap: float) -> dict[str, list[Callable[..., Awaitable[None]]]]:
             wire.requests += 1
         extensions = getattr(request, "extensions", None)
         if (traffic or wire) and isinstance(extensions, dict) and "trace" not in extensions:
-            extensions["trace"] = _tracer(traffic, wire)
+            extensions["trace"] = _Tracer(traffic, wire)
 
     async def on_response(response: _HttpResponse) -> None:
         capped = cap_retry_after(response.headers, cap)
-        wire = WIRE.get()
-        if wire is not None and response.status_code < 400:
-            wire.answered += 1
+        extensions = getattr(getattr(response, "request", None), "extensions", None)
+        tracer = extensions.get("trace") if isinstance(extensions, dict) else None
+        if isinstance(tracer, _Tracer):
+            tracer.answered(response.status_code)
+        else:  # another's trace: its requests' answers count all the same
+            wire = WIRE.get()
+            if wire is not None and response.status_code < 400:
+                wire.answered += 1
         traffic = _TRAFFIC.get()
         if traffic is not None:
             traffic.statuses.append(int(response.status_code))

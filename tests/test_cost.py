@@ -1035,6 +1035,9 @@ def test_a_ctrl_c_under_xdist_leaves_no_paid_call_out_of_the_cost(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # Ctrl-C as a terminal delivers it, also when this suite runs as a background job
+        # (a shell starts those with SIGINT ignored, and Python then never handles it)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as run:
         deadline = time.monotonic() + 60
         while len(fake_llm.requests) < 12:  # the first items graded, eight calls in flight
@@ -1046,7 +1049,10 @@ def test_a_ctrl_c_under_xdist_leaves_no_paid_call_out_of_the_cost(
             run.send_signal(signal.SIGINT)
         out, _ = run.communicate(timeout=120)
     ended = time.monotonic()
-    assert run.returncode == pytest.ExitCode.INTERRUPTED, out.decode()[-3000:]
+    # pytest's own Ctrl-C report fails on a traceback entry with no line number (a Ctrl-C
+    # landing on an instruction that has none, seen in typing.py), in 8.1 as in 9.2: exit 1
+    pytest_crashed = b"pytest_keyboard_interrupt" in out and b"'NoneType' and 'int'" in out
+    assert run.returncode == pytest.ExitCode.INTERRUPTED or pytest_crashed, out.decode()[-3000:]
     time.sleep(1.0)  # no worker goes on calling after the run has ended
     got = fake_llm.requests
     assert [r for r in got if r.received_at > ended] == []
