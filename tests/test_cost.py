@@ -485,16 +485,24 @@ def test_calls_made_ahead_of_a_stopped_run_are_in_its_cost(
     calls = [r for r in fake_llm.requests if r.path.endswith("/chat/completions")]
     assert len(calls) >= 4, result.stdout.str()  # made ahead while the first item waited
     (summary,) = (pytester.path / ".agenteval").rglob("summary.json")
-    assert json.loads(summary.read_text())["cost"]["total"]["usd"] == pytest.approx(len(calls))
+    cost = json.loads(summary.read_text())["cost"]
+    unrecorded = cost.get("unrecorded") or {}
+    # every call the provider got is in the records' cost, or beside it: on a loaded
+    # machine a few calls are still on their way, or answered with their item's judging
+    # unfinished, when the stop comes
+    beside = unrecorded.get("usd_answered", 0.0)
+    held = cost["total"]["usd"]
+    assert held + beside <= len(calls) <= held + beside + unrecorded.get("calls", 0), cost
     records = [
         json.loads(line)
         for line in next((pytester.path / ".agenteval").rglob("results.jsonl"))
         .read_text()
         .splitlines()
     ][:-1]
-    assert sum(r["cost"]["total"]["usd"] for r in records if r["cost"]) == len(calls)
+    assert sum(r["cost"]["total"]["usd"] for r in records if r["cost"]) == held
     ahead = [r for r in records if r["answer"] and r["result"]["verdict"] == "error"]
     assert all("made ahead of it, were answered" in r["result"]["error"] for r in ahead)
+    assert all(r["cost"]["total"]["usd"] >= 1 for r in ahead)  # what they cost, held
     assert ahead or workers  # serially, some surely; a worker's may all have run meanwhile
 
 
