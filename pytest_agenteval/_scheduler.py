@@ -203,11 +203,18 @@ class Scheduler:
                 _run(loop, future)
             return future.result()
         except _Interrupted as exc:
-            self.cancel_pending()
+            self._stop_with(future)
             raise exc.original from None
         except KeyboardInterrupt:
-            self.cancel_pending()
+            self._stop_with(future)
             raise
+
+    def _stop_with(self, future: asyncio.Future[Any]) -> None:
+        """Ctrl-C: what is pending is cancelled, the future waited for too. Left running, it
+        went on whenever the loop ran again at the run's close, and started calls after an
+        xdist worker had handed its account over (a call the provider got, in no cost)."""
+        future.cancel()
+        self.cancel_pending()
 
     def run_coro(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.wait(self.submit(coro))

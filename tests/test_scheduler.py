@@ -441,6 +441,33 @@ def test_ctrl_c_while_a_call_started_ahead_runs_stops_the_wait_at_once(
     assert scheduler.tasks == {}  # what was pending is cancelled
 
 
+def test_ctrl_c_stops_the_run_waited_for_too(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """The current item's run, stopped by Ctrl-C, starts no call when the loop runs again at
+    the run's close (closing the clients, letting cancelled calls unwind): an xdist worker
+    has handed its account over by then, and a call started after it was in no cost."""
+
+    went_on: list[str] = []
+
+    async def current() -> None:
+        await asyncio.sleep(0.3)  # its subject answering
+        went_on.append("its judge called")
+
+    def ctrl_c() -> None:
+        raise KeyboardInterrupt  # landing in the loop's own code, as Ctrl-C may
+
+    scheduler = make_scheduler(2)
+    waited = scheduler.submit(current())
+    scheduler._ensure_loop().call_later(0.05, ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        scheduler.wait(waited)
+    scheduler.stop_calls()
+    scheduler.run_coro(asyncio.sleep(0.5))  # the loop runs on: a client's close, say
+    assert went_on == []
+    assert waited.cancelled()
+
+
 class _Queue:
     """xdist's ``torun`` as the scheduler reads it: a lock holding the queued indexes."""
 
