@@ -116,6 +116,9 @@ class Scheduler:
         self._limiter = CallSlots(self.concurrency)
         self._subject_locks: dict[int, asyncio.Lock] = {}
         self.tasks: dict[str, asyncio.Future[ScenarioRun]] = {}
+        #: every future submitted and not done yet (also one no item waits for: an item
+        #: stopped by Ctrl-C after taking its run and before waiting for it)
+        self._started: set[asyncio.Future[Any]] = set()
         #: runs made ahead for items that were never run (-x, Ctrl-C): their calls were
         #: paid for, and the record of each such item says what they cost
         self.kept: dict[str, ScenarioRun] = {}
@@ -178,6 +181,10 @@ class Scheduler:
         """Start *coro* on the loop; it runs whenever the loop does (:meth:`wait`)."""
         task = self._ensure_loop().create_task(_guarded(coro))
         task.add_done_callback(_settled)  # cancelled and never waited for, it may still err
+        self._started.add(task)
+        task.add_done_callback(self._started.discard)
+        # cancelled before its first step, *coro* never ran: closed, it warns of nothing
+        task.add_done_callback(lambda _: coro.close())
         return task
 
     def wait(self, future: asyncio.Future[T]) -> T:
@@ -210,9 +217,8 @@ class Scheduler:
             raise
 
     def _stop_with(self, future: asyncio.Future[Any]) -> None:
-        """Ctrl-C: what is pending is cancelled, the future waited for too. Left running, it
-        went on whenever the loop ran again at the run's close, and started calls after an
-        xdist worker had handed its account over (a call the provider got, in no cost)."""
+        """Ctrl-C: what is pending is cancelled, the future waited for too (a future not
+        submitted here, say)."""
         future.cancel()
         self.cancel_pending()
 
@@ -289,12 +295,18 @@ class Scheduler:
         return _finished(future)
 
     def cancel_pending(self) -> None:
+        """Stop what was started and is not done: the runs started ahead that no item took
+        (one finished is kept for its item's record), and any other, such as the run of an
+        item that Ctrl-C stopped before it waited for it. Left pending, a run went on when
+        the loop ran again at the run's close, after an xdist worker had handed its account
+        over, and a call it made was in no cost."""
         for nodeid, future in self.tasks.items():
             run = _finished(future)
             if run is not None:
                 self.kept[nodeid] = run
-            future.cancel()
         self.tasks.clear()
+        for future in list(self._started):
+            future.cancel()
 
     def all_made_ahead(self) -> dict[str, ScenarioRun]:
         """Every finished run made ahead that no item took (what a worker hands back)."""
@@ -313,10 +325,10 @@ class Scheduler:
         return self.kept.get(nodeid)
 
     def stop_calls(self) -> None:
-        """Cancel the runs started ahead that no item took, and let them unwind (at most
+        """Cancel what is pending (:meth:`cancel_pending`), and let it unwind (at most
         5 s), so that their calls in flight release their connections before the clients
         close; closing a client under a request left its socket for the garbage collector."""
-        pending = [f for f in self.tasks.values() if not f.done()]
+        pending = [f for f in self._started if not f.done()]
         self.cancel_pending()
         loop = self._loop
         if loop is None:
@@ -352,6 +364,7 @@ class Scheduler:
         _unwind(loop, drain)
         _unwind(loop, loop.shutdown_asyncgens)
         loop.close()
+        self._started.clear()  # (one that ignored its cancellation: the loop is gone)
 
 
 #: Warm-up threads running (:meth:`Scheduler.while_waiting`).

@@ -468,6 +468,27 @@ def test_ctrl_c_stops_the_run_waited_for_too(
     assert waited.cancelled()
 
 
+def test_the_runs_end_stops_a_run_no_item_waits_for(
+    make_scheduler: Callable[[int], Scheduler],
+) -> None:
+    """Ctrl-C may land after an item took its run from those started ahead and before it
+    waited for it: that run is in no list of pending runs, and it went on (calling its
+    judge) when the loop ran again at the run's close."""
+    went_on: list[str] = []
+
+    async def taken() -> None:
+        await asyncio.sleep(0.2)
+        went_on.append("its judge called")
+
+    scheduler = make_scheduler(2)
+    orphan = scheduler.submit(taken())  # taken by its item, which Ctrl-C then stopped
+    scheduler.run_coro(asyncio.sleep(0.05))  # it started
+    scheduler.stop_calls()
+    scheduler.run_coro(asyncio.sleep(0.4))  # the loop runs on: a client's close, say
+    assert went_on == []
+    assert orphan.cancelled()
+
+
 class _Queue:
     """xdist's ``torun`` as the scheduler reads it: a lock holding the queued indexes."""
 
