@@ -311,7 +311,7 @@ class _Tracer:
     """httpcore's ``trace`` extension for one request, and its part in its call's *wire*.
 
     A request is on the wire from the moment its headers start out until its answer's
-    status is read (:meth:`answered`) or it fails by itself; a call the run stops while
+    status is read (:meth:`answered`) or its answer is lost; a call the run stops while
     one is on the wire may be billed, wherever the stop lands: in a trace event, between
     two of them, or between the answer's arrival and the response hook (Ctrl-C raises in
     whatever code the main thread runs). A request stopped inside a traced step counts in
@@ -319,26 +319,31 @@ class _Tracer:
     lost once it went out whole (a connection closed under it) counts in *wire*'s lost.
     A refused connection, or a wait between retries, sent nothing a provider could bill."""
 
-    __slots__ = ("ended", "sent", "traffic", "wire")
+    __slots__ = ("ended", "failed", "sent", "traffic", "wire")
 
     def __init__(self, traffic: Traffic | None, wire: Wire | None) -> None:
         self.traffic, self.wire = traffic, wire
-        self.sent = self.ended = False
+        self.sent = self.ended = self.failed = False
 
     async def __call__(self, event: str, info: Mapping[str, object]) -> None:
         if event.endswith("send_request_headers.started"):
             self.sent = True
             if self.wire is not None:
                 self.wire.on_wire += 1
-        elif event.endswith(".failed") and self.sent and not self.ended:
+        elif event.endswith(".failed") and self.sent and not self.failed:
+            # (also once its status was read: a stop while its answer trickles in)
             if isinstance(info.get("exception"), _STOPS):
+                self.failed = True
                 for counter in (self.traffic, self.wire):
                     if counter is not None:
                         counter.cut_off += 1
-                return  # still on the wire: the stop is the call's
-            if ".receive_response" in event and self.wire is not None:
-                self.wire.lost += 1
-            self._end()
+            elif ".receive_response" in event:  # lost under it, once it went out whole
+                self.failed = True
+                if self.wire is not None:
+                    self.wire.lost += 1
+                self._end()
+            # a write failing is not the end: httpcore reads the answer a server may
+            # have sent before it closed (the request stays on the wire until then)
 
     def answered(self, status: int) -> None:
         """The answer's status was read: a success is billed (counted first, so that a stop
