@@ -1067,7 +1067,12 @@ def test_a_run_started_while_another_judges_in_batches_there_stops_and_submits_n
 
     env.batch.behave(polls=10_000)
     command = [*BATCH, "--judge=openai:gpt-4o-mini"]
-    with golden.popen([sys.executable, "-m", "pytest", *command]) as first:
+    # Ctrl-C as a terminal delivers it, also when this suite runs as a background job (a
+    # shell starts those with SIGINT ignored, and the first run then polled on for 100 s)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    with golden.popen(
+        [sys.executable, "-m", "pytest", *command], preexec_fn=default_sigint
+    ) as first:
         deadline = time.monotonic() + 60
         while not list((golden.path / ".agenteval").rglob("batch.json")):
             assert time.monotonic() < deadline and first.poll() is None, "no batch.json written"
