@@ -189,7 +189,7 @@ class Scheduler:
 
     def wait(self, future: asyncio.Future[T]) -> T:
         """*future*'s result, running the loop on this thread until it is done; Ctrl-C here
-        cancels what is pending.
+        cancels what is pending, *future* too (every caller's was :meth:`submit`-ted).
 
         A future done already still gets one pass of the loop (the selector polled without
         waiting, what is ready run): the calls in flight progress at every item, even
@@ -210,17 +210,11 @@ class Scheduler:
                 _run(loop, future)
             return future.result()
         except _Interrupted as exc:
-            self._stop_with(future)
+            self.cancel_pending()  # the future waited for too: it was submitted here
             raise exc.original from None
         except KeyboardInterrupt:
-            self._stop_with(future)
+            self.cancel_pending()
             raise
-
-    def _stop_with(self, future: asyncio.Future[Any]) -> None:
-        """Ctrl-C: what is pending is cancelled, the future waited for too (a future not
-        submitted here, say)."""
-        future.cancel()
-        self.cancel_pending()
 
     def run_coro(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.wait(self.submit(coro))
