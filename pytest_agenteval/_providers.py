@@ -388,10 +388,14 @@ def _event_hooks(cap: float) -> dict[str, list[Callable[..., Awaitable[None]]]]:
 
 
 def token_usage(provider: Provider, usage: object) -> tuple[int, int]:
-    """(prompt tokens, completion tokens) of a response's usage; 0 for what is missing."""
+    """(prompt tokens, completion tokens) of a response's usage (the SDK's object, or its
+    JSON); 0 for what is missing."""
 
     def count(name: str) -> int:
-        value = getattr(usage, name, None) if usage is not None else None
+        if isinstance(usage, dict):
+            value = usage.get(name)
+        else:
+            value = getattr(usage, name, None) if usage is not None else None
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     prompt, completion = provider.usage_fields

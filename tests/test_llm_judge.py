@@ -543,6 +543,78 @@ def test_row5_refusal(fake_llm: FakeLLMServer, provider: str) -> None:
     assert fake_llm.count() == 1
 
 
+def _completion(message: object, **fields: object) -> dict[str, object]:
+    return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], **fields}
+
+
+#: An OpenAI-compatible server's 200 that is no chat completion: each one an error of the
+#: item, named, never a grade (the judge reads the JSON itself, not through the SDK's model).
+MISSHAPEN = {
+    "not_json": (
+        Reply.raw(200, "{not json", headers={"content-type": "application/json"}),
+        "judge answer is not JSON: '{not json'",
+    ),
+    "html": (
+        Reply.raw(200, "<html>busy</html>", headers={"content-type": "text/html"}),
+        "judge answer is not JSON: '<html>busy</html>'",
+    ),
+    "nested_past_the_parser": (
+        Reply.raw(200, "[" * 200_000 + "]" * 200_000),
+        "judge answer is not JSON: '[[[[",
+    ),
+    "no_choices": (Reply.raw(200, {"unexpected": True}), "judge returned no choices"),
+    "a_list": (Reply.raw(200, [1, 2]), "judge returned no choices"),
+    "choices_text": (Reply.raw(200, {"choices": "many"}), "judge returned no choices"),
+    "empty_choices": (Reply.raw(200, {"choices": []}), "judge returned no choices"),
+    "choice_a_number": (
+        Reply.raw(200, {"choices": [5]}),
+        "judge returned a choice without a message",
+    ),
+    "message_text": (
+        Reply.raw(200, _completion("hello")),
+        "judge returned a choice without a message",
+    ),
+    "content_a_number": (
+        Reply.raw(200, _completion({"role": "assistant", "content": 85})),
+        "judge message content is int, not text",
+    ),
+    "content_an_object": (
+        Reply.raw(200, _completion({"content": {"overall_score": 85}})),
+        "judge message content is dict, not text",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSHAPEN))
+def test_a_misshapen_chat_completion_is_an_error_not_a_grade(
+    fake_llm: FakeLLMServer, case: str
+) -> None:
+    reply, message = MISSHAPEN[case]
+    fake_llm.enqueue(reply)
+    err = grade_error(judge_for(fake_llm, "openai"))
+    assert isinstance(err, JudgeError) and str(err).startswith(message)
+    assert fake_llm.count() == 1  # a broken answer is not re-asked
+
+
+def test_the_usage_and_model_of_a_completion_read_from_its_json(fake_llm: FakeLLMServer) -> None:
+    body = _completion(
+        {"role": "assistant", "content": json.dumps(good(85))},
+        model="judge-v2",
+        usage={"prompt_tokens": 1200, "completion_tokens": 34},
+    )
+    fake_llm.enqueue(Reply.raw(200, body))
+    result = grade(judge_for(fake_llm, "openai"))
+    assert result.score == 0.85
+    assert result.details["model_returned"] == "judge-v2"
+    assert result.details["usage"] == {"prompt_tokens": 1200, "completion_tokens": 34}
+    # counts that are not counts, and a model that is not a name, count as none
+    body["usage"], body["model"] = {"prompt_tokens": "many", "completion_tokens": True}, 7
+    fake_llm.enqueue(Reply.raw(200, body))
+    result = grade(judge_for(fake_llm, "openai"))
+    assert result.score == 0.85 and result.details["model_returned"] is None
+    assert result.details["usage"] == {"prompt_tokens": 0, "completion_tokens": 0}
+
+
 # --------------------------------------------------------------------------- row 6: 429
 
 

@@ -734,14 +734,14 @@ def openai_outcome(job: Job, line: Line, obj: object) -> Outcome | _Reask:
         )
     import openai
 
-    try:
-        resp = openai.types.chat.ChatCompletion.model_validate(dict(body))
+    try:  # the body held to the SDK's model: a batch line is read once, strictly
+        openai.types.chat.ChatCompletion.model_validate(dict(body))
     except ValueError:
         return _problem_error("judge batch line unreadable (not a chat completion)", details)
-    p, c = token_usage(judge.conn.provider, resp.usage)
+    p, c = token_usage(judge.conn.provider, body.get("usage"))
     _usage(details, p, c)
     try:
-        reply = judge._reply(resp, line.mode, TOOL_NAME)
+        reply = judge._reply(dict(body), line.mode, TOOL_NAME)
     except _Failure as failure:
         return _problem_error(str(failure), details)
     return _held_to_contract(job, line, reply, details)
