@@ -576,11 +576,11 @@ MISSHAPEN = {
     ),
     "content_a_number": (
         Reply.raw(200, _completion({"role": "assistant", "content": 85})),
-        "judge message content is int, not text",
+        "judge message content is a number, not text",
     ),
     "content_an_object": (
         Reply.raw(200, _completion({"content": {"overall_score": 85}})),
-        "judge message content is dict, not text",
+        "judge message content is an object, not text",
     ),
 }
 
@@ -594,6 +594,69 @@ def test_a_misshapen_chat_completion_is_an_error_not_a_grade(
     err = grade_error(judge_for(fake_llm, "openai"))
     assert isinstance(err, JudgeError) and str(err).startswith(message)
     assert fake_llm.count() == 1  # a broken answer is not re-asked
+
+
+def _message(content: object, **fields: object) -> dict[str, object]:
+    return {"type": "message", "role": "assistant", "content": content, **fields}
+
+
+#: The same for Anthropic's Messages API: the judge reads the message's JSON itself.
+MISSHAPEN_MESSAGES = {
+    "not_json": (
+        Reply.raw(200, "{not json", headers={"content-type": "application/json"}),
+        "judge answer is not JSON: '{not json'",
+    ),
+    "html": (
+        Reply.raw(200, "<html>busy</html>", headers={"content-type": "text/html"}),
+        "judge answer is not JSON: '<html>busy</html>'",
+    ),
+    "a_list": (Reply.raw(200, [1, 2]), "judge answer is a list, not a message"),
+    "content_text": (
+        Reply.raw(200, _message("hello")),
+        "judge message content is text, not a list of blocks",
+    ),
+    "block_a_number": (
+        Reply.raw(200, _message([5])),
+        "judge message holds a block that is a number",
+    ),
+    "block_without_type": (
+        Reply.raw(200, _message([{"text": "85"}])),
+        "judge message holds a block that is an object without a type",
+    ),
+    "text_a_number": (
+        Reply.raw(200, _message([{"type": "text", "text": 85}])),
+        "judge message holds a text block whose text is not text",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSHAPEN_MESSAGES))
+def test_a_misshapen_message_is_an_error_not_a_grade(fake_llm: FakeLLMServer, case: str) -> None:
+    reply, message = MISSHAPEN_MESSAGES[case]
+    fake_llm.enqueue(reply)
+    err = grade_error(judge_for(fake_llm, "anthropic"))
+    assert isinstance(err, JudgeError) and str(err).startswith(message)
+    assert fake_llm.count() == 1
+
+
+def test_odd_fields_of_a_message_count_as_absent(fake_llm: FakeLLMServer) -> None:
+    """A tool block with a name or id that is no text is not the grade; usage and a model
+    that are not what they should be count as none; a refusal's details as none."""
+    odd = [
+        {"type": "tool_use", "name": 5, "id": "t1", "input": good(85)},
+        {"type": "text", "text": "no grade here"},
+    ]
+    body = _message(odd, model=7, usage="many", stop_reason="tool_use")
+    fake_llm.enqueue(Reply.raw(200, body), Reply.raw(200, body))
+    err = grade_error(judge_for(fake_llm, "anthropic"))
+    # no grade was given: the text is read, found wanting, and asked for once more
+    assert str(err) == "judge output not valid JSON: no JSON object in the reply"
+    assert fake_llm.count() == 2
+    assert err.details["usage"] == {"prompt_tokens": 0, "completion_tokens": 0}
+    assert err.details["model_returned"] is None
+    fake_llm.enqueue(Reply.raw(200, _message([], stop_reason="refusal", stop_details="no")))
+    err = grade_error(judge_for(fake_llm, "anthropic"))
+    assert str(err) == "judge refused: stop_reason=refusal"
 
 
 def test_the_usage_and_model_of_a_completion_read_from_its_json(fake_llm: FakeLLMServer) -> None:

@@ -769,15 +769,17 @@ def anthropic_outcome(job: Job, line: Line, raw: str) -> Outcome | _Reask:
         return _problem_error(f"judge batch {job.batch_id}: {why}", details)
     import anthropic
 
-    try:
-        msg = anthropic.types.Message.model_validate(result.get("message"))
+    message = result.get("message")
+    try:  # the message held to the SDK's model: a batch line is read once, strictly
+        anthropic.types.Message.model_validate(message)
     except ValueError:
         return _problem_error("judge batch line unreadable (not a message)", details)
-    p, c = token_usage(judge.conn.provider, msg.usage)
+    assert isinstance(message, dict), "a valid message is an object"
+    p, c = token_usage(judge.conn.provider, message.get("usage"))
     _usage(details, p, c)
     try:  # the tool input read strictly from the line, as a live grade reads its body
         reply = judge.message_reply(
-            msg, line.mode, TOOL_NAME, lambda: _DECODER.decode(raw)["result"]["message"]
+            message, line.mode, TOOL_NAME, lambda: _DECODER.decode(raw)["result"]["message"]
         )
     except _Failure as failure:
         return _problem_error(str(failure), details)

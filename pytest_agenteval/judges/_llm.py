@@ -160,7 +160,7 @@ from ._injection import snippet as _snippet
 from ._injection import tool_calls_text
 
 if TYPE_CHECKING:
-    from .._providers import AsyncAnthropic, AsyncOpenAI, Message
+    from .._providers import AsyncAnthropic, AsyncOpenAI
 
 __all__ = [
     "DEFAULT_PROMPT_FILE",
@@ -811,8 +811,6 @@ class _RawMessage(Protocol):
     """Anthropic's raw response to ``messages.with_raw_response.create``."""
 
     async def text(self) -> str: ...
-
-    async def parse(self) -> Message: ...
 
 
 @dataclass
@@ -1519,11 +1517,7 @@ class OpenAIJudge(LLMJudge["AsyncOpenAI", object]):
         each one's type itself. A body that is not JSON stays text (:meth:`_reply` says
         so), as the SDK returns a body whose content type is not JSON.
         """
-        text = await client.post("/chat/completions", body=request, cast_to=str)
-        try:
-            return json.loads(text)
-        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
-            return text
+        return read_json(await client.post("/chat/completions", body=request, cast_to=str))
 
     def _usage(self, response: object) -> object:
         return response.get("usage") if isinstance(response, dict) else None
@@ -1532,6 +1526,25 @@ class OpenAIJudge(LLMJudge["AsyncOpenAI", object]):
         """The judge's text from a chat completion's JSON (from the API or a batch line);
         a field of the wrong type fails the grade, naming it."""
         return chat_reply(resp)
+
+
+def read_json(body: str) -> object:
+    """A provider's answer *body* as JSON; the text itself when it is not JSON (or is nested
+    past the parser's depth), which the judge's reply then names."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+
+
+def _json_type(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "text", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else "null"
+    )
+
+
+def _block_kind(block: object) -> str:
+    return "an object without a type" if isinstance(block, dict) else _json_type(block)
 
 
 def chat_reply(resp: object) -> _Reply:
@@ -1557,7 +1570,7 @@ def chat_reply(resp: object) -> _Reply:
     if text is None:
         text = ""
     elif not isinstance(text, str):
-        raise _Failure(f"judge message content is {type(text).__name__}, not text")
+        raise _Failure(f"judge message content is {_json_type(text)}, not text")
     model = resp.get("model")
     return _Reply(
         text=text,
@@ -1567,7 +1580,7 @@ def chat_reply(resp: object) -> _Reply:
     )
 
 
-class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, Message]"]):
+class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, object]"]):
     """``anthropic:MODEL``: Messages with a forced ``record_grade`` tool call."""
 
     connection_class = AnthropicConnection
@@ -1604,44 +1617,69 @@ class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, Message]"]):
             request["tool_choice"] = {"type": "tool", "name": state.contract.tool_name}
         return request
 
-    async def _send(self, client: AsyncAnthropic, request: _Request) -> tuple[str, Message]:
-        """The raw body (its tool input is re-parsed strictly) and the parsed message."""
+    async def _send(self, client: AsyncAnthropic, request: _Request) -> tuple[str, object]:
+        """The raw body (its tool input is re-parsed strictly) and its JSON, read as such
+        (:func:`read_json`), not through the SDK's ``Message`` model."""
         # the fields are the request's own (not streamed): the SDK's overloads are not picked
         create: Callable[..., Awaitable[_RawMessage]] = client.messages.with_raw_response.create
         raw = await create(**request)
-        return await raw.text(), await raw.parse()
+        body = await raw.text()
+        return body, read_json(body)
 
-    def _usage(self, response: tuple[str, Message]) -> object:
-        return response[1].usage
+    def _usage(self, response: tuple[str, object]) -> object:
+        msg = response[1]
+        return msg.get("usage") if isinstance(msg, dict) else None
 
-    def _reply(self, response: tuple[str, Message], mode: str, tool_name: str) -> _Reply:
+    def _reply(self, response: tuple[str, object], mode: str, tool_name: str) -> _Reply:
         body, msg = response
         return self.message_reply(msg, mode, tool_name, lambda: _DECODER.decode(body))
 
     def message_reply(
-        self, msg: Message, mode: str, tool_name: str, strict: Callable[[], object]
+        self, msg: object, mode: str, tool_name: str, strict: Callable[[], object]
     ) -> _Reply:
-        """The reply in *msg*, for a live grade and a batch line alike (one rule for which
-        tool block is the grade). *strict* parses the message's raw JSON strictly (the
-        response body; a batch's results line), to read the tool input from it."""
-        stop = getattr(msg, "stop_reason", None)
+        """The reply in *msg* (a message's JSON), for a live grade and a batch line alike
+        (one rule for which tool block is the grade); a field of the wrong type fails the
+        grade, naming it. *strict* parses the message's raw JSON strictly (the response
+        body; a batch's results line), to read the tool input from it."""
+        if isinstance(msg, str):
+            raise _Failure(f"judge answer is not JSON: {_snippet(msg, 200)!r}")
+        if not isinstance(msg, dict):
+            raise _Failure(f"judge answer is {_json_type(msg)}, not a message")
+        stop = msg.get("stop_reason")
         if stop in ("max_tokens", "model_context_window_exceeded"):
             raise _Failure(f"judge output truncated (stop_reason={stop})")
         if stop == "refusal":
-            details = getattr(msg, "stop_details", None)
-            why = getattr(details, "explanation", None) if details is not None else None
+            details = msg.get("stop_details")
+            why = details.get("explanation") if isinstance(details, dict) else None
             reason = _snippet(str(why), 200) if why else "stop_reason=refusal"
             raise _Failure(f"judge refused: {reason}")
-        blocks = list(getattr(msg, "content", None) or [])
-        text = "".join(getattr(b, "text", "") or "" for b in blocks if b.type == "text")
-        reply = _Reply(text=text, raw=text, model=getattr(msg, "model", None), finish=stop)
+        blocks = msg.get("content")
+        if blocks is None:
+            blocks = []
+        elif not isinstance(blocks, list):
+            raise _Failure(f"judge message content is {_json_type(blocks)}, not a list of blocks")
+        for block in blocks:
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise _Failure(f"judge message holds a block that is {_block_kind(block)}")
+        texts = [b.get("text") for b in blocks if b["type"] == "text"]
+        if not all(isinstance(t, str) for t in texts):
+            raise _Failure("judge message holds a text block whose text is not text")
+        text = "".join(t for t in texts if isinstance(t, str))
+        model = msg.get("model")
+        reply = _Reply(
+            text=text,
+            raw=text,
+            model=model if isinstance(model, str) else None,
+            finish=stop if isinstance(stop, str) else None,
+        )
         if mode != "tool":
             return reply
         for i, block in enumerate(blocks):
-            if block.type == "tool_use" and block.name == tool_name:
+            if block["type"] == "tool_use" and block.get("name") == tool_name:
+                tool_id = block.get("id")
                 reply.has_tool = True
-                reply.tool_id = block.id
-                reply.tool_input = self._strict_tool_input(strict, i, block.input)
+                reply.tool_id = tool_id if isinstance(tool_id, str) else None
+                reply.tool_input = self._strict_tool_input(strict, i, block.get("input"))
                 reply.raw = _raw_json(reply.tool_input)
                 break
         return reply
