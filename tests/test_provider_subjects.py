@@ -389,6 +389,46 @@ def test_connection_failed() -> None:
         run(ask(subject))
 
 
+def _choice(message: object) -> dict[str, object]:
+    return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+
+
+#: Answers of the wrong shape: the SDKs build their replies without checking them.
+MISSHAPEN = {
+    "openai-a-list": ("openai", [1, 2], "AttributeError"),
+    "openai-choice-a-number": ("openai", {"choices": [5]}, "AttributeError"),
+    "openai-content-a-number": (
+        "openai",
+        _choice({"role": "assistant", "content": 5}),
+        "TypeError: the message's content is int, not text",
+    ),
+    "anthropic-content-text": ("anthropic", {"type": "message", "content": "hi"}, "AttributeError"),
+    "anthropic-block-a-number": (
+        "anthropic",
+        {"type": "message", "content": [5]},
+        "AttributeError",
+    ),
+    "anthropic-text-a-number": (
+        "anthropic",
+        {"type": "message", "content": [{"type": "text", "text": 5}]},
+        "TypeError",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSHAPEN))
+def test_an_answer_of_the_wrong_shape_is_the_subjects_error(
+    fake_llm: FakeLLMServer, case: str
+) -> None:
+    provider, body, why = MISSHAPEN[case]
+    fake_llm.enqueue(Reply.raw(200, body))
+    subject = subject_for(fake_llm, provider)
+    with pytest.raises(SubjectError) as info:
+        run(ask(subject))
+    said = f"subject {subject.name}: the API's answer is not one this subject can read ({why}"
+    assert str(info.value).startswith(said)
+
+
 def test_provider_subject_through_call_subject(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.tool_call("get_weather", {"city": "Rome"}, text="ok"))
     subject = subject_for(fake_llm, "openai")

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -310,6 +311,7 @@ async def _run_tool(
 # --------------------------------------------------------------------------- providers
 
 ReplyT = TypeVar("ReplyT")
+ReadT = TypeVar("ReadT")
 
 
 @dataclass(frozen=True)
@@ -397,7 +399,7 @@ class _ProviderSubject(HostedSubject, Generic[ClientT, ReplyT]):
         if call_tool is not None and getattr(call_tool, "names", None):
             return await self._tool_loop(request, call_tool)
         reply, latency = await self._ask(request)
-        answer = self._answer(reply)
+        answer = self._read(self._answer, reply)
         return Response(
             text=answer.text,
             tool_calls=answer.tool_calls,
@@ -413,6 +415,21 @@ class _ProviderSubject(HostedSubject, Generic[ClientT, ReplyT]):
         except ProviderError as err:
             raise self._error(err.failure) from None
         return reply, time.perf_counter() - start
+
+    def _read(self, read: Callable[[ReplyT], ReadT], reply: ReplyT) -> ReadT:
+        """*read* of *reply*. The SDK builds its reply without checking it (a compatible
+        server's missing field must not fail a call), so an answer of the wrong shape
+        (choices that are a number, a content block that is text) shows only here, as the
+        error a field's wrong type raises: it is this subject's error, said as such."""
+        try:
+            return read(reply)
+        except SubjectError:
+            raise
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            raise SubjectError(
+                f"subject {self.name}: the API's answer is not one this subject can read "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
 
     def _usage(self, answer: _Answer) -> dict[str, int]:
         if answer.usage is None:
@@ -473,11 +490,11 @@ class _ProviderSubject(HostedSubject, Generic[ClientT, ReplyT]):
             steps += 1
             reply, took = await self._ask(request)
             latency += took
-            answer = self._answer(reply)
+            answer = self._read(self._answer, reply)
             calls += answer.tool_calls
             for i, n in enumerate(self._usage(answer).values()):
                 tokens[i] += n
-            pending = self._tool_uses(reply)
+            pending = self._read(self._tool_uses, reply)
             if not pending:
                 stopped = "answer"
                 break
@@ -492,7 +509,7 @@ class _ProviderSubject(HostedSubject, Generic[ClientT, ReplyT]):
             results = [
                 (call_id, await _run_tool(call_tool, name, args)) for call_id, name, args in pending
             ]
-            self._continue(messages, reply, results)
+            self._read(functools.partial(self._continue, messages, results=results), reply)
         meta = self._meta(answer, latency)
         meta["tool_loop"] = {"steps": steps, "max_steps": max_steps, "stopped": stopped}
         usage = {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}
@@ -586,6 +603,8 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
         text = message.content or ""
         if message.refusal:
             text = text or message.refusal
+        if not isinstance(text, str):
+            raise TypeError(f"the message's content is {type(text).__name__}, not text")
         return _Answer(
             text,
             tuple(calls),
