@@ -92,6 +92,7 @@ from typing import (
     Protocol,
     TypedDict,
     TypeVar,
+    cast,
 )
 from urllib.parse import urlsplit
 
@@ -400,6 +401,31 @@ def token_usage(provider: Provider, usage: object) -> tuple[int, int]:
 
     prompt, completion = provider.usage_fields
     return count(prompt), count(completion)
+
+
+def json_kind(value: object) -> str:
+    """What JSON value *value* is, said in words ("a number"), for a message."""
+    kinds = {dict: "an object", list: "a list", str: "text", bool: "a boolean"}
+    return kinds.get(type(value), "a number" if isinstance(value, int | float) else "null")
+
+
+def text_of_blocks(blocks: list[object]) -> str:
+    """The text of a message's content blocks, each a JSON object with a ``type``: the
+    ``text`` blocks' text joined (Anthropic's content; the content an OpenAI-compatible
+    server gives as a list, as Mistral's reasoning models do: thinking, then text).
+    Raises ValueError saying what is wrong with a block of another shape."""
+    texts: list[str] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if not isinstance(kind, str):
+            what = "an object without a type" if isinstance(block, dict) else json_kind(block)
+            raise ValueError(f"content holds a block that is {what}")
+        if kind == "text":
+            text = cast("dict[str, object]", block).get("text")
+            if not isinstance(text, str):
+                raise ValueError(f"content holds a text block whose text is {json_kind(text)}")
+            texts.append(text)
+    return "".join(texts)
 
 
 # --------------------------------------------------------------------------- errors

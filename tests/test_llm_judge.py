@@ -596,6 +596,20 @@ def test_a_misshapen_chat_completion_is_an_error_not_a_grade(
     assert fake_llm.count() == 1  # a broken answer is not re-asked
 
 
+def test_a_completion_whose_content_is_blocks_is_read_for_its_text(
+    fake_llm: FakeLLMServer,
+) -> None:
+    """An OpenAI-compatible server may answer with content blocks (Mistral's reasoning
+    models: thinking, then text): the text blocks hold the grade."""
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "score: 100"}]}
+    blocks = [thinking, {"type": "text", "text": json.dumps(good(85))}]
+    fake_llm.enqueue(Reply.raw(200, _completion({"role": "assistant", "content": blocks})))
+    assert grade(judge_for(fake_llm, "openai")).score == 0.85
+    fake_llm.enqueue(Reply.raw(200, _completion({"content": [thinking, 5]})))
+    err = grade_error(judge_for(fake_llm, "openai"))
+    assert str(err) == "judge message content holds a block that is a number"
+
+
 def _message(content: object, **fields: object) -> dict[str, object]:
     return {"type": "message", "role": "assistant", "content": content, **fields}
 
@@ -617,15 +631,15 @@ MISSHAPEN_MESSAGES = {
     ),
     "block_a_number": (
         Reply.raw(200, _message([5])),
-        "judge message holds a block that is a number",
+        "judge message content holds a block that is a number",
     ),
     "block_without_type": (
         Reply.raw(200, _message([{"text": "85"}])),
-        "judge message holds a block that is an object without a type",
+        "judge message content holds a block that is an object without a type",
     ),
     "text_a_number": (
         Reply.raw(200, _message([{"type": "text", "text": 85}])),
-        "judge message holds a text block whose text is not text",
+        "judge message content holds a text block whose text is a number",
     ),
 }
 

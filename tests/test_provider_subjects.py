@@ -393,6 +393,19 @@ def _choice(message: object) -> dict[str, object]:
     return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
 
 
+def test_openai_content_blocks_are_read_for_their_text(fake_llm: FakeLLMServer) -> None:
+    """Content given as blocks (Mistral's reasoning models: thinking, then text)."""
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "hmm"}]}
+    blocks = [thinking, {"type": "text", "text": "Paris"}, {"type": "text", "text": "."}]
+    fake_llm.enqueue(Reply.raw(200, _choice({"role": "assistant", "content": blocks})))
+    assert run(ask(subject_for(fake_llm, "openai"))).text == "Paris."
+    fake_llm.enqueue(Reply.raw(200, _choice({"role": "assistant", "content": [thinking, 5]})))
+    with pytest.raises(
+        SubjectError, match=r"\(ValueError: content holds a block that is a number\)$"
+    ):
+        run(ask(subject_for(fake_llm, "openai")))
+
+
 #: Answers of the wrong shape: the SDKs build their replies without checking them.
 MISSHAPEN = {
     "openai-a-list": ("openai", [1, 2], "AttributeError"),
@@ -400,7 +413,7 @@ MISSHAPEN = {
     "openai-content-a-number": (
         "openai",
         _choice({"role": "assistant", "content": 5}),
-        "TypeError: the message's content is int, not text",
+        "TypeError: the message's content is a number, not text",
     ),
     "anthropic-content-text": ("anthropic", {"type": "message", "content": "hi"}, "AttributeError"),
     "anthropic-block-a-number": (

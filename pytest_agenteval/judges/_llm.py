@@ -144,6 +144,8 @@ from .._providers import (
     ProviderFailure,
     Traffic,
     Transport,
+    json_kind,
+    text_of_blocks,
     token_usage,
     track,
 )
@@ -1537,14 +1539,18 @@ def read_json(body: str) -> object:
         return body
 
 
-def _json_type(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "text", bool: "a boolean"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else "null"
-    )
-
-
-def _block_kind(block: object) -> str:
-    return "an object without a type" if isinstance(block, dict) else _json_type(block)
+def _text_of(content: object) -> str:
+    """A message's content as text: text, none, or a list of content blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _Failure(f"judge message content is {json_kind(content)}, not text")
+    try:
+        return text_of_blocks(content)
+    except ValueError as exc:
+        raise _Failure(f"judge message {exc}") from None
 
 
 def chat_reply(resp: object) -> _Reply:
@@ -1566,11 +1572,7 @@ def chat_reply(resp: object) -> _Reply:
         raise _Failure("judge output truncated (finish_reason=length)")
     if finish == "content_filter":
         raise _Failure("judge refused: content filter (finish_reason=content_filter)")
-    text = message.get("content")
-    if text is None:
-        text = ""
-    elif not isinstance(text, str):
-        raise _Failure(f"judge message content is {_json_type(text)}, not text")
+    text = _text_of(message.get("content"))
     model = resp.get("model")
     return _Reply(
         text=text,
@@ -1644,7 +1646,7 @@ class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, object]"]):
         if isinstance(msg, str):
             raise _Failure(f"judge answer is not JSON: {_snippet(msg, 200)!r}")
         if not isinstance(msg, dict):
-            raise _Failure(f"judge answer is {_json_type(msg)}, not a message")
+            raise _Failure(f"judge answer is {json_kind(msg)}, not a message")
         stop = msg.get("stop_reason")
         if stop in ("max_tokens", "model_context_window_exceeded"):
             raise _Failure(f"judge output truncated (stop_reason={stop})")
@@ -1657,14 +1659,8 @@ class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, object]"]):
         if blocks is None:
             blocks = []
         elif not isinstance(blocks, list):
-            raise _Failure(f"judge message content is {_json_type(blocks)}, not a list of blocks")
-        for block in blocks:
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise _Failure(f"judge message holds a block that is {_block_kind(block)}")
-        texts = [b.get("text") for b in blocks if b["type"] == "text"]
-        if not all(isinstance(t, str) for t in texts):
-            raise _Failure("judge message holds a text block whose text is not text")
-        text = "".join(t for t in texts if isinstance(t, str))
+            raise _Failure(f"judge message content is {json_kind(blocks)}, not a list of blocks")
+        text = _text_of(blocks)  # every block an object with a type, from here on
         model = msg.get("model")
         reply = _Reply(
             text=text,

@@ -70,6 +70,8 @@ from .._providers import (
     ProviderError,
     ProviderFailure,
     Transport,
+    json_kind,
+    text_of_blocks,
     token_usage,
 )
 from .._vocab import JSONObject
@@ -601,10 +603,12 @@ class OpenAISubject(_ProviderSubject["AsyncOpenAI", "ChatCompletion"]):
             fc = message.function_call
             calls.append(ToolCall(str(fc.name), _parse_arguments(fc.arguments)))
         text = message.content or ""
+        if isinstance(text, list):  # content blocks (Mistral's reasoning models, say)
+            text = text_of_blocks(text)
         if message.refusal:
             text = text or message.refusal
         if not isinstance(text, str):
-            raise TypeError(f"the message's content is {type(text).__name__}, not text")
+            raise TypeError(f"the message's content is {json_kind(text)}, not text")
         return _Answer(
             text,
             tuple(calls),
