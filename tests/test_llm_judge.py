@@ -547,9 +547,8 @@ def _completion(message: object, **fields: object) -> dict[str, object]:
     return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], **fields}
 
 
-#: An OpenAI-compatible server's 200 that is no chat completion: each one an error of the
-#: item, named, never a grade (the judge reads the JSON itself, not through the SDK's model).
-MISSHAPEN = {
+#: A 200 whose body is not JSON, from either provider's API.
+NOT_JSON_BODIES = {
     "not_json": (
         Reply.raw(200, "{not json", headers={"content-type": "application/json"}),
         "judge answer is not JSON: '{not json'",
@@ -558,6 +557,13 @@ MISSHAPEN = {
         Reply.raw(200, "<html>busy</html>", headers={"content-type": "text/html"}),
         "judge answer is not JSON: '<html>busy</html>'",
     ),
+}
+
+
+#: An OpenAI-compatible server's 200 that is no chat completion: each one an error of the
+#: item, named, never a grade (the judge reads the JSON itself, not through the SDK's model).
+MISSHAPEN = {
+    **NOT_JSON_BODIES,
     "nested_past_the_parser": (
         Reply.raw(200, "[" * 200_000 + "]" * 200_000),
         "judge answer is not JSON: '[[[[",
@@ -616,14 +622,7 @@ def _message(content: object, **fields: object) -> dict[str, object]:
 
 #: The same for Anthropic's Messages API: the judge reads the message's JSON itself.
 MISSHAPEN_MESSAGES = {
-    "not_json": (
-        Reply.raw(200, "{not json", headers={"content-type": "application/json"}),
-        "judge answer is not JSON: '{not json'",
-    ),
-    "html": (
-        Reply.raw(200, "<html>busy</html>", headers={"content-type": "text/html"}),
-        "judge answer is not JSON: '<html>busy</html>'",
-    ),
+    **NOT_JSON_BODIES,
     "a_list": (Reply.raw(200, [1, 2]), "judge answer is a list, not a message"),
     "content_text": (
         Reply.raw(200, _message("hello")),
