@@ -602,6 +602,53 @@ def test_a_misshapen_chat_completion_is_an_error_not_a_grade(
     assert fake_llm.count() == 1  # a broken answer is not re-asked
 
 
+def _grade_body(provider: str, grade: dict[str, Any]) -> dict[str, object]:
+    if provider == "openai":
+        return _completion({"role": "assistant", "content": json.dumps(grade)}, model="m")
+    block = {"type": "tool_use", "id": "toolu_1", "name": TOOL_NAME, "input": grade}
+    return _message([block], model="m", stop_reason="tool_use")
+
+
+#: How a proxy may send a grade: the answer is read as JSON reads bytes (UTF-8, -16 or -32,
+#: after a byte-order mark), not as the content type's charset claims.
+ENCODED = {
+    "utf8_bom": (lambda text: b"\xef\xbb\xbf" + text.encode(), "application/json"),
+    "utf16": (lambda text: text.encode("utf-16"), "application/json"),
+    "latin1_claimed": (lambda text: text.encode(), "application/json; charset=iso-8859-1"),
+    "ascii_claimed": (lambda text: text.encode(), "application/json; charset=us-ascii"),
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("encoding", sorted(ENCODED))
+def test_an_answer_is_decoded_as_json_not_as_its_charset_claims(
+    fake_llm: FakeLLMServer, provider: str, encoding: str
+) -> None:
+    out = good(85)
+    out["summary"] = "résumé — ok ✓"
+    encode, content_type = ENCODED[encoding]
+    body = encode(json.dumps(_grade_body(provider, out), ensure_ascii=False))
+    fake_llm.enqueue(Reply.raw(200, body, headers={"content-type": content_type}))
+    result = grade(judge_for(fake_llm, provider))
+    assert result.score == 0.85 and result.summary == "résumé — ok ✓"
+
+
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        ({"message": None, "finish_reason": "content_filter"}, "judge refused: content filter"),
+        ({"finish_reason": "content_filter"}, "judge refused: content filter"),
+        ({"message": None, "finish_reason": "length"}, "judge output truncated"),
+        ({"message": "x", "finish_reason": "stop"}, "judge returned a choice without a message"),
+    ],
+)
+def test_a_choice_without_a_message_says_why_when_its_finish_reason_does(
+    fake_llm: FakeLLMServer, choice: dict[str, object], message: str
+) -> None:
+    fake_llm.enqueue(Reply.raw(200, {"choices": [choice]}))
+    assert str(grade_error(judge_for(fake_llm, "openai"))).startswith(message)
+
+
 def test_a_completion_whose_content_is_blocks_is_read_for_its_text(
     fake_llm: FakeLLMServer,
 ) -> None:

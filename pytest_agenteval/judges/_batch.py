@@ -735,10 +735,10 @@ def openai_outcome(job: Job, line: Line, obj: object) -> Outcome | _Reask:
     import openai
 
     try:  # the body held to the SDK's model: a batch line is read once, strictly
-        openai.types.chat.ChatCompletion.model_validate(dict(body))
+        resp = openai.types.chat.ChatCompletion.model_validate(dict(body))
     except ValueError:
         return _problem_error("judge batch line unreadable (not a chat completion)", details)
-    p, c = token_usage(judge.conn.provider, body.get("usage"))
+    p, c = token_usage(judge.conn.provider, resp.usage)  # the model's counts: "34" reads 34
     _usage(details, p, c)
     try:
         reply = judge._reply(dict(body), line.mode, TOOL_NAME)
@@ -771,11 +771,10 @@ def anthropic_outcome(job: Job, line: Line, raw: str) -> Outcome | _Reask:
 
     message = result.get("message")
     try:  # the message held to the SDK's model: a batch line is read once, strictly
-        anthropic.types.Message.model_validate(message)
+        msg = anthropic.types.Message.model_validate(message)
     except ValueError:
         return _problem_error("judge batch line unreadable (not a message)", details)
-    assert isinstance(message, dict), "a valid message is an object"
-    p, c = token_usage(judge.conn.provider, message.get("usage"))
+    p, c = token_usage(judge.conn.provider, msg.usage)  # the model's counts: "34" reads 34
     _usage(details, p, c)
     try:  # the tool input read strictly from the line, as a live grade reads its body
         reply = judge.message_reply(

@@ -812,7 +812,7 @@ _Request = dict[str, object]
 class _RawMessage(Protocol):
     """Anthropic's raw response to ``messages.with_raw_response.create``."""
 
-    async def text(self) -> str: ...
+    async def read(self) -> bytes: ...
 
 
 @dataclass
@@ -1513,13 +1513,15 @@ class OpenAIJudge(LLMJudge["AsyncOpenAI", object]):
         walk of every field against the SDK's typed parameters, which for plain JSON
         changes nothing and took half a millisecond per call, a third of the SDK's CPU per
         grade. The fake server's test holds the bodies and headers on the wire equal to
-        ``create``'s for every mode. The answer comes back as text (``cast_to=str``) and
-        is read here as plain JSON: building the SDK's ``ChatCompletion`` model of it
+        ``create``'s for every mode. The answer comes back as bytes (``cast_to=bytes``) and
+        is read here as plain JSON (:func:`decoded`): building the SDK's ``ChatCompletion`` model of it
         took 0.25 ms a call on a slow day here (0.57 M instructions), and :meth:`_reply` reads four of its fields, checking
         each one's type itself. A body that is not JSON stays text (:meth:`_reply` says
         so), as the SDK returns a body whose content type is not JSON.
         """
-        return read_json(await client.post("/chat/completions", body=request, cast_to=str))
+        return read_json(
+            decoded(await client.post("/chat/completions", body=request, cast_to=bytes))
+        )
 
     def _usage(self, response: object) -> object:
         return response.get("usage") if isinstance(response, dict) else None
@@ -1528,6 +1530,16 @@ class OpenAIJudge(LLMJudge["AsyncOpenAI", object]):
         """The judge's text from a chat completion's JSON (from the API or a batch line);
         a field of the wrong type fails the grade, naming it."""
         return chat_reply(resp)
+
+
+def decoded(body: bytes) -> str:
+    """A provider's answer *body* as JSON's own rules decode it (UTF-8, -16 or -32, after a
+    byte-order mark, as ``json.loads`` of bytes and the SDKs' own reading did), whatever
+    charset a proxy's content type claims; bytes no encoding reads are replaced."""
+    try:
+        return body.decode(json.detect_encoding(body), "surrogatepass")
+    except UnicodeDecodeError:
+        return body.decode("utf-8", "replace")
 
 
 def read_json(body: str) -> object:
@@ -1562,16 +1574,16 @@ def chat_reply(resp: object) -> _Reply:
         raise _Failure("judge returned no choices")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
-        raise _Failure("judge returned a choice without a message")
-    finish = choice.get("finish_reason")
-    refusal = message.get("refusal")
+    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    refusal = message.get("refusal") if isinstance(message, dict) else None
     if refusal:
         raise _Failure(f"judge refused: {_snippet(str(refusal), 200)}")
     if finish == "length":
         raise _Failure("judge output truncated (finish_reason=length)")
-    if finish == "content_filter":
+    if finish == "content_filter":  # a filtered answer may come without a message
         raise _Failure("judge refused: content filter (finish_reason=content_filter)")
+    if not isinstance(message, dict):
+        raise _Failure("judge returned a choice without a message")
     text = _text_of(message.get("content"))
     model = resp.get("model")
     return _Reply(
@@ -1625,7 +1637,7 @@ class AnthropicJudge(LLMJudge["AsyncAnthropic", "tuple[str, object]"]):
         # the fields are the request's own (not streamed): the SDK's overloads are not picked
         create: Callable[..., Awaitable[_RawMessage]] = client.messages.with_raw_response.create
         raw = await create(**request)
-        body = await raw.text()
+        body = decoded(await raw.read())
         return body, read_json(body)
 
     def _usage(self, response: tuple[str, object]) -> object:
