@@ -611,7 +611,7 @@ def _grade_body(provider: str, grade: dict[str, Any]) -> dict[str, object]:
 
 #: How a proxy may send a grade: the answer is read as JSON reads bytes (UTF-8, -16 or -32,
 #: after a byte-order mark), not as the content type's charset claims.
-ENCODED = {
+ENCODED: dict[str, tuple[Callable[[str], bytes], str]] = {
     "utf8_bom": (lambda text: b"\xef\xbb\xbf" + text.encode(), "application/json"),
     "utf16": (lambda text: text.encode("utf-16"), "application/json"),
     "latin1_claimed": (lambda text: text.encode(), "application/json; charset=iso-8859-1"),
