@@ -300,7 +300,16 @@ def _gate(
     *,
     min_n: int = DEFAULT_MIN_N,
     gate_on: str = "point",
+    failures: int | None = None,
 ) -> GroupGateDoc:
+    """The gate of one group (a pillar, or the whole run) on its *metrics*.
+
+    *failures*: the judge errors that count against it, when more than the metrics'
+    own: those of every entry of the group, whatever its split or repetition (a judge
+    that times out is no more reliable on calibration data). κ and accuracy are
+    compared rounded to 6 decimals, as scores are: a κ of exactly 0.81 that floating
+    point makes 0.8099999999999999 reaches a 0.81 threshold.
+    """
     reasons: list[str] = []
     notes: list[str] = []
     insufficient = False
@@ -323,12 +332,12 @@ def _gate(
             why += f"; {metrics.get('not_gradable')} not gradable by this judge"
         reasons.append(why)
     else:
-        kappa, acc = metrics.get("kappa"), metrics.get("accuracy")
+        kappa, acc = _rounded(metrics.get("kappa")), _rounded(metrics.get("accuracy"))
         kappa_ci, acc_ci = metrics.get("kappa_ci"), metrics.get("accuracy_ci")
         if kappa is None:
             reasons.append(_undefined_kappa_reason(metrics))
         elif gate_on == "lower":
-            low = _lower_bound(kappa_ci)
+            low = _rounded(_lower_bound(kappa_ci))
             if low is None:
                 reasons.append(f"kappa {kappa:.3f}: no confidence interval to gate on")
             elif low < th.kappa:
@@ -339,7 +348,7 @@ def _gate(
             reasons.append(f"kappa {kappa:.3f}{_ci_text(kappa_ci)} < {th.kappa:.2f}")
         if acc is not None:
             if gate_on == "lower":
-                low = _lower_bound(acc_ci)
+                low = _rounded(_lower_bound(acc_ci))
                 if low is not None and low < th.accuracy:
                     reasons.append(
                         f"accuracy lower bound {low:.2f} < {th.accuracy:.2f} "
@@ -354,7 +363,8 @@ def _gate(
                 f"{metrics.get('inter_rater_n', 0)} entries with several raters): check for "
                 "labels leaking into the judge prompt, or a prompt tuned on these entries"
             )
-    failures = int(metrics.get("evaluation_failures") or 0)
+    if failures is None:
+        failures = int(metrics.get("evaluation_failures") or 0)
     failed_judge = failures > th.max_evaluation_failures
     if failed_judge:
         reasons.append(f"{failures} evaluation failure(s) (judge errors)")
@@ -440,7 +450,7 @@ def calibration_report(
     reasons: list[str] = []
     notes: list[str] = []
     insufficient: list[str] = []
-    for pillar in sorted({r.pillar for r in first}, key=str):
+    for pillar in sorted({r.pillar for r in all_rows}, key=str):
         mine = [r for r in gate_rows if r.pillar == pillar]
         metrics = _metrics(mine, split_label, seed)
         th = thresholds.get(pillar, default)
@@ -448,7 +458,13 @@ def calibration_report(
             metrics["calibration_split"] = _metrics(
                 [r for r in other_rows if r.pillar == pillar], "calibration", seed
             )
-        gate = metrics["gate"] = _gate(metrics, th, min_n=min_n, gate_on=gate_on)
+        gate = metrics["gate"] = _gate(
+            metrics,
+            th,
+            min_n=min_n,
+            gate_on=gate_on,
+            failures=sum(r.failed for r in all_rows if r.pillar == pillar),
+        )
         pillars[pillar] = metrics
         reasons += [f"{pillar}: {r}" for r in gate["reasons"]]
         notes += [f"{pillar}: {n}" for n in gate["notes"]]
@@ -457,7 +473,13 @@ def calibration_report(
     overall = _metrics(gate_rows, split_label, seed)
     if other_rows:
         overall["calibration_split"] = _metrics(other_rows, "calibration", seed)
-    overall_gate = overall["gate"] = _gate(overall, default, min_n=min_n, gate_on=gate_on)
+    overall_gate = overall["gate"] = _gate(
+        overall,
+        default,
+        min_n=min_n,
+        gate_on=gate_on,
+        failures=sum(r.failed for r in all_rows),
+    )
     reasons += [f"overall: {r}" for r in overall_gate["reasons"]]
     notes += [f"overall: {n}" for n in overall_gate["notes"]]
     if overall_gate["status"] == "insufficient":
@@ -486,13 +508,19 @@ def calibration_report(
         },
         "disagreements": _disagreements(first),
         "evaluation_failures": [
-            _entry_ref(r.raw) | {"error": r.raw.get("error")} for r in first if r.failed
+            _entry_ref(r.raw) | {"repetition": r.repetition, "error": r.raw.get("error")}
+            for r in all_rows
+            if r.failed
         ],
     }
     stable = _stability(all_rows)
     if stable is not None:
         report["stability"] = stable
     return report
+
+
+def _rounded(value: object) -> float | None:
+    return round(value, 6) if isinstance(value, int | float) else None
 
 
 def _row_key(r: Row) -> tuple[str, int, str, int]:

@@ -520,6 +520,55 @@ def combine_results(
     return node(score=score, verdict=verdict, severity=node_severity, reasoning="; ".join(reasons))
 
 
+def combine_gradings(
+    key: str,
+    name: str,
+    children: Sequence[EvalResult],
+    *,
+    aggregation: str,
+    bands: Bands,
+    severity: str | None = None,
+    meta: Mapping[str, object] | None = None,
+) -> EvalResult:
+    """One item's grade from its gradings: a panel's judges, or the criteria of a
+    per-criterion grade (Mode B).
+
+    Each grading must be obtained. One that errored makes the item an error naming
+    it: a grade taken from the others would be a pass or a fail that the panel never
+    gave (a critical scenario asked of three judges would rest on one). A grading
+    that was skipped (a judge that cannot grade such a criterion) drops out, as in
+    :func:`combine_results`.
+    """
+    failed = [c for c in children if c.verdict == "error"]
+    if not failed:
+        return combine_results(
+            key,
+            name,
+            children,
+            aggregation=aggregation,
+            bands=bands,
+            severity=severity,
+            kind="scenario",
+            meta=meta,
+        )
+    why = "; ".join(
+        f"{c.key}{f' ({c.name})' if c.kind == 'criterion' else ''}: "
+        f"{c.error or c.reasoning or 'no grade'}"
+        for c in failed
+    )
+    return EvalResult(
+        key,
+        name,
+        None,
+        "error",
+        kind="scenario",
+        aggregation=aggregation,
+        error=f"{len(failed)} of {len(children)} gradings failed ({why})",
+        children=tuple(children),
+        meta=dict(meta or {}),
+    )
+
+
 _WORDS = {"fail": "failed", "warn": "warned"}
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from ._checks import Check
 from ._cost import BudgetExceeded
-from ._evals import EvalResult, band_verdict, combine_results
+from ._evals import EvalResult, band_verdict, combine_gradings
 from ._family import Article, Family
 from ._run import NO_LIMIT
 from ._spec import Scenario
@@ -274,7 +274,7 @@ class CalibrationItem(pytest.Item):
         graded = await asyncio.gather(*(one(judge) for judge in judges))
         if len(graded) == 1:
             return graded[0]
-        return combine_results(
+        return combine_gradings(
             self.entry.id,
             self.entry.id,
             [
@@ -284,7 +284,6 @@ class CalibrationItem(pytest.Item):
             aggregation="weighted_median",
             bands=self.article.bands,
             severity=self.article.meta.severity,
-            kind="scenario",
         )
 
     def _in_band(self) -> bool:

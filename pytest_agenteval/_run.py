@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ._checks import Answer, ToolCall
 from ._cost import Budget, BudgetExceeded, Cost, cost_of, rate_of
 from ._cost import add as add_cost
-from ._evals import EvalResult, combine_results
+from ._evals import EvalResult, combine_gradings
 from ._family import Article, Family, Plan
 from ._spec import Scenario
 from .judges._base import (
@@ -585,7 +585,7 @@ async def run_scenario(
         )
         if len(graded) == 1:
             return graded[0]
-        return combine_results(
+        return combine_gradings(
             req.scenario_id,
             req.scenario_id,
             [
@@ -595,7 +595,6 @@ async def run_scenario(
             aggregation="weighted_median",
             bands=article.bands,
             severity=severity,
-            kind="scenario",
         )
 
     start = time.perf_counter()
@@ -607,7 +606,7 @@ async def run_scenario(
                 for criterion in request.criteria
             )
         )
-        result = combine_results(
+        result = combine_gradings(
             scenario.id,
             scenario.id,
             [
@@ -619,7 +618,6 @@ async def run_scenario(
             aggregation="weighted_sum",
             bands=article.bands,
             severity=severity,
-            kind="scenario",
             meta={"mode": "B"},
         )
         result = replace(result, criteria=tuple(cr for c in children for cr in c.criteria))

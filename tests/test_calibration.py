@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from demo_family import COMPAT, SUBJECT
 
-from pytest_agenteval._calibration import UNDEFINED_KAPPA, calibration_report
+from pytest_agenteval._calibration import UNDEFINED_KAPPA, Thresholds, calibration_report
 from pytest_agenteval._golden import load_golden
 from pytest_agenteval._vocab import SpecError
 
@@ -224,6 +224,50 @@ def test_report_gate_on_holdout_and_nan_kappa() -> None:
     assert report["gate"]["passed"] is False
 
 
+def _agreeing(n: int) -> list[dict[str, object]]:
+    return [row(i, "pass" if i % 2 else "fail", "pass" if i % 2 else "fail") for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "failed",
+    [
+        {"split": "calibration"},  # an entry kept out of the gate's split
+        {"repetition": 1},  # a further repetition, which only the stability reads
+    ],
+    ids=["calibration-split", "repetition"],
+)
+def test_judge_errors_outside_the_gate_rows_still_fail_the_gate(failed: dict[str, object]) -> None:
+    rows = _agreeing(12)
+    clean = calibration_report(rows)
+    assert clean["gate"]["passed"] is True
+    broken = row(12, "pass", None, verdict="error") | {"error": "judge timeout", **failed}
+    report = calibration_report([*rows, broken])
+    assert report["gate"]["passed"] is False
+    assert "overall: 1 evaluation failure(s) (judge errors)" in report["gate"]["reasons"]
+    assert "p: 1 evaluation failure(s) (judge errors)" in report["gate"]["reasons"]
+    (listed,) = report["evaluation_failures"]
+    assert listed["error"] == "judge timeout"
+    assert listed["repetition"] == failed.get("repetition", 0)
+
+
+def test_kappa_exactly_at_the_threshold_passes() -> None:
+    # confusion (rows: human pass, warn, fail) [[1,1,0],[1,5,0],[0,0,11]]: κ = 81/100
+    # exactly, which floating point computes as 0.8099999999999999
+    cells = [("pass", "pass", 1), ("pass", "warn", 1), ("warn", "pass", 1)]
+    cells += [("warn", "warn", 5), ("fail", "fail", 11)]
+    pairs = [(expected, actual) for expected, actual, count in cells for _ in range(count)]
+    rows = [row(i, expected, actual) for i, (expected, actual) in enumerate(pairs)]
+    strict = Thresholds(kappa=0.81, accuracy=0.85)
+    report = calibration_report(rows, default=strict, thresholds={"p": strict})
+    assert report["overall"]["kappa"] == pytest.approx(0.81)
+    assert not any("kappa" in r for r in report["gate"]["reasons"]), report["gate"]
+    assert report["gate"]["passed"] is True
+    # just under the threshold still fails: the comparison is not loosened
+    nearly = Thresholds(kappa=0.810001, accuracy=0.85)
+    report = calibration_report(rows, default=nearly, thresholds={"p": nearly})
+    assert any(r.startswith("p: kappa 0.810") for r in report["gate"]["reasons"])
+
+
 def test_golden_loader_errors(tmp_path: Path) -> None:
     p = tmp_path / "g.jsonl"
     p.write_text(
@@ -290,6 +334,19 @@ def pytest_agenteval_make_judge(config, spec):
     )
     result.assert_outcomes(passed=12, failed=1)
     result.stdout.fnmatch_lines(["*judge keyword, keyword, harsh*"])
+
+
+def test_a_panel_member_that_errs_is_an_evaluation_failure(golden: pytest.Pytester) -> None:
+    # the keyword judge alone would agree on the 12 holdout entries: the panel did not
+    result = golden.runpytest("-m", "calibration", "--judge=keyword", "--judge=broken")
+    result.assert_outcomes(errors=13)
+    result.stdout.fnmatch_lines(
+        [
+            "*cal-000: judge error (evaluation failure): 1 of 2 gradings failed (broken#1: *",
+            "calibration gate: FAILED*13 evaluation failure(s) (judge errors)*",
+        ]
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 # --------------------------------------------------------------------------- a user's own data, alone
@@ -789,6 +846,7 @@ def test_disagreements_and_item_counts() -> None:
             "file": "p.jsonl",
             "line": 9,
             "split": "holdout",
+            "repetition": 0,
             "error": "judge timeout after 1s",
         }
     ]

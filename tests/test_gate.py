@@ -379,7 +379,23 @@ class Fixed:
         return Grade(score=score, criteria=(), summary=f"fixed {score}", judge=self.name)
 
 
+class Down(Fixed):
+    '''Fixed, but times out on the scenarios (or "scenario|criterion") in AGENTEVAL_TEST_DOWN.'''
+
+    async def grade(self, request):
+        down = os.environ.get("AGENTEVAL_TEST_DOWN", "").split(",")
+        asked = {request.scenario_id} | {
+            f"{request.scenario_id}|{c.text}" for c in request.criteria if len(request.criteria) == 1
+        }
+        if asked & set(down):
+            from pytest_agenteval import JudgeError
+            raise JudgeError(f"{self.name}: judge timeout after 1s")
+        return await super().grade(request)
+
+
 def pytest_agenteval_make_judge(config, spec):
+    if spec.startswith("down"):
+        return Down(spec)
     return Fixed(spec) if spec.startswith("fixed") else None
 
 
@@ -465,6 +481,42 @@ def test_two_judges_do_not_double_the_counts(
     items = summary(fixed)["items"]
     assert (items["passed"], items["failed"]) == (19, 1)
     result.stdout.fnmatch_lines(["*eu_ai.art5.social_scoring+predictive  (3/4 pass)*"])
+
+
+def test_a_panel_member_that_errs_makes_the_item_an_error(
+    fixed: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two of three judges time out on a critical scenario: the one left is not the panel
+    monkeypatch.setenv("AGENTEVAL_TEST_DOWN", "pta-eu-ai-act-art5-005")
+    result = fixed.runpytest(
+        "--bench=eu-ai-act", "--preset=smoke", "--judge=fixed-a", "--judge=down-b", "--judge=down-c"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=19, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*pta-eu-ai-act-art5-005: 2 of 3 gradings failed (down-b#1: down-b: judge timeout*",
+            "gate: FAILED*1 item(s) errored*",
+        ]
+    )
+    data = summary(fixed)
+    assert data["items"]["errors"] == 1 and data["gate"]["passed"] is False
+
+
+def test_a_criterion_that_errs_in_mode_b_makes_the_item_an_error(
+    fixed: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    criterion = "Corrects the claim that the prohibition only applies to public authorities"
+    monkeypatch.setenv("AGENTEVAL_TEST_DOWN", f"pta-eu-ai-act-art5-005|{criterion}")
+    result = fixed.runpytest(
+        "--bench=eu-ai-act", "--preset=audit", "--judge=fixed-a", "--judge=fixed-b", "--judge=down"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=63, errors=1)
+    result.stdout.fnmatch_lines(
+        [f"*pta-eu-ai-act-art5-005: 1 of 4 gradings failed (criterion-3 ({criterion}): *"]
+    )
+    assert summary(fixed)["items"]["errors"] == 1
 
 
 def test_agenteval_art5_file_alone_all_failing_fails_the_gate(
