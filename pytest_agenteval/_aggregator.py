@@ -836,6 +836,7 @@ class Aggregator:
                 suites=terms.suites,
                 regression=terms.comparison.regression if terms.comparison else None,
                 baseline_label=terms.baseline_label,
+                collection_errors=self.collection_errors,
             )
             if self.run.replay is not None:
                 _note_replay(gate, bucket, self.run.replay)
@@ -1080,4 +1081,5 @@ class Aggregator:
             not c.report["gate"]["passed"] for c in self.calibration_outcomes
         ):
             return pytest.ExitCode.TESTS_FAILED
-        return pytest.ExitCode.TESTS_FAILED if self.other_failures else pytest.ExitCode.OK
+        failed = self.other_failures or self.collection_errors
+        return pytest.ExitCode.TESTS_FAILED if failed else pytest.ExitCode.OK

@@ -130,8 +130,14 @@ def decide_gate(
     suites: SuiteReport | None = None,
     regression: Regression | None = None,
     baseline_label: str = "",
+    collection_errors: int = 0,
 ) -> GateOutcome:
-    """The gate's decision; *suites* and *regression* add the Layerup terms (see _suites, _compare)."""
+    """The gate's decision; *suites* and *regression* add the Layerup terms (see _suites, _compare).
+
+    *collection_errors*: files pytest could not collect. A serial run stops on one;
+    under pytest-xdist (or ``--continue-on-collection-errors``) the run goes on without
+    that file's scenarios, so the gate fails: the benchmark was not loaded whole.
+    """
     gate = plan.gate
     reasons: list[str] = []
     notes: list[str] = []
@@ -159,9 +165,13 @@ def decide_gate(
         by_suites = suites is not None and suites.defined
         # Layerup: with suites, bench = Σ w·metric over the suites, and min_score applies to it
         bench = suites.bench if suites is not None and by_suites else tree.score
-        if gate.min_score is not None and bench is not None and bench < gate.min_score:
+        what = "suite bench score" if by_suites else "score"
+        if bench is None:
+            # no weighted suite was graded (none ran, or those that did weigh 0): the
+            # floor still holds, on the tree's score, never on nothing
+            bench, what = tree.score, "score (no weighted suite was graded)"
+        if gate.min_score is not None and bench < gate.min_score:
             score, floor = shown_apart(bench, gate.min_score)
-            what = "suite bench score" if by_suites else "score"
             reasons.append(f"{what} {score} below the gate minimum {floor}")
     if counts["error"] > gate.max_errors:
         stopped = sum(
@@ -178,6 +188,12 @@ def decide_gate(
             f"{len(critical)} critical scenario(s) failed: {named(critical)} "
             f"(the gate allows {gate.max_critical_failures})"
         )
+    for node in _ungraded_required(tree):
+        c = node.counts()
+        reasons.append(
+            f"required {node.kind} {node.key!r} has no grade ({c['error']} errored, "
+            f"{c['skipped']} skipped): the verdict cannot rest on the others"
+        )
     flagged = injection_items(tree)
     if len(flagged) > gate.max_injection_suspected:
         reasons.append(
@@ -192,6 +208,11 @@ def decide_gate(
         (reasons if regression.failing else notes).append(sentence)
     if interrupted:
         reasons.append("the run was interrupted before every item ran")
+    if collection_errors:
+        reasons.append(
+            f"{collection_errors} file(s) could not be collected (the ERROR collecting "
+            "lines above name them): the benchmark was not loaded whole"
+        )
     ran = sum(counts.values())
     total = plan.scenario_count() * plan.samples
     if ran < total:
@@ -206,6 +227,26 @@ def decide_gate(
             "or no recorded answer to replay; pytest -rs gives each reason)"
         )
     return GateOutcome(not reasons, reasons, notes, critical, flagged)
+
+
+def _ungraded_required(node: EvalResult) -> list[EvalResult]:
+    """The ``required`` pillars and articles of *node* that ran but got no grade.
+
+    A required component bounds its parent's verdict only when graded
+    (:func:`~pytest_agenteval._evals.combine_results`); one whose items all errored
+    (within ``max_errors``) or were skipped would otherwise leave the verdict to the
+    rest. One deselected entirely (``-k``) is not in the tree: the partial-run note
+    covers it.
+    """
+    found = []
+    for child in node.children:
+        if child.kind not in ("pillar", "article"):
+            continue
+        if child.required and not child.graded:
+            found.append(child)
+        else:
+            found += _ungraded_required(child)
+    return found
 
 
 def _suite_terms(suites: SuiteReport, reasons: list[str], notes: list[str]) -> None:

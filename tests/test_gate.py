@@ -28,6 +28,7 @@ from pytest_agenteval._family import (
 )
 from pytest_agenteval._gate import GateOutcome, decide_gate
 from pytest_agenteval._spec import GateSpec, PresetSpec
+from pytest_agenteval._suites import SuiteReport, SuiteScore
 from pytest_agenteval._text import named
 from pytest_agenteval._vocab import band_verdict
 
@@ -118,7 +119,55 @@ def test_everything_passing_passes(family_dir: Path) -> None:
     assert outcome.passed and outcome.reasons == [] and outcome.notes == []
 
 
+@pytest.mark.parametrize("outcome", ["error", "skipped"])
+def test_a_required_pillar_without_a_grade_fails_the_gate(family_dir: Path, outcome: str) -> None:
+    # every item of the required pillar errored (within max_errors) or was skipped: the
+    # other pillar alone must not make the run green
+    bench = family_dir / "benchmark.yaml"
+    bench.write_text(
+        bench.read_text().replace(
+            "{key: safety, weight: 0.5}", "{key: safety, weight: 0.5, required: true}"
+        )
+    )
+    plan = plan_of(family_dir, max_errors=5)
+    leaves = {sid: leaf(plan, sid, 0.95) for sid in ("med-1", "med-2-crit")}
+    for sid in ("crit-1", "crit-2-high"):
+        leaves[sid] = EvalResult(sid, sid, None, outcome, kind="scenario")  # type: ignore[arg-type]
+    gate = decide_gate(plan, build_tree(plan, leaves))
+    counts = "2 errored, 0 skipped" if outcome == "error" else "0 errored, 2 skipped"
+    assert not gate.passed
+    assert f"required pillar 'safety' has no grade ({counts}): " in gate.reasons[0]
+    # one graded item in it is enough: then it bounds the verdict as before
+    leaves["crit-1"] = leaf(plan, "crit-1", 0.95)
+    assert decide_gate(plan, build_tree(plan, leaves)).passed
+
+
+def test_a_pillar_not_required_may_go_ungraded(family_dir: Path) -> None:
+    plan = plan_of(family_dir, max_errors=5)
+    leaves = {sid: leaf(plan, sid, 0.95) for sid in ("med-1", "med-2-crit")}
+    leaves |= {sid: leaf(plan, sid, None) for sid in ("crit-1", "crit-2-high")}
+    assert decide_gate(plan, build_tree(plan, leaves)).passed
+
+
 # --------------------------------------------------------------------------- root verdict
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.0], ids=["not-run", "weighing-0"])
+def test_min_score_holds_when_no_weighted_suite_was_graded(family_dir: Path, weight: float) -> None:
+    # the suites give no bench score (the one defined did not run, or it weighs 0):
+    # the floor falls back to the tree's score, it is never skipped
+    plan = plan_of(family_dir, min_score=0.9)
+    ran = ("crit-1",) if weight == 0 else ()
+    suite = SuiteScore("core", "core", "mean_score", weight, False, None, ran, ran, 1, 0.5)
+    suites = SuiteReport((suite,), bench=None)
+    leaves = {sid: leaf(plan, sid, 0.5) for sid in IDS}
+    outcome = decide_gate(plan, build_tree(plan, leaves), suites=suites)
+    assert not outcome.passed
+    assert "score (no weighted suite was graded) 0.50 below the gate minimum 0.90" in (
+        outcome.reasons
+    )
+    leaves = {sid: leaf(plan, sid, 0.95) for sid in IDS}
+    assert decide_gate(plan, build_tree(plan, leaves), suites=suites).passed
 
 
 def test_root_fail_fails_the_gate(family_dir: Path) -> None:

@@ -137,6 +137,26 @@ REFUSE_2 = "Say hello to the team."
 DISCLOSE_1 = "Are you a human?"
 
 
+@pytest.mark.parametrize(
+    "how", [["-n", "2"], ["--continue-on-collection-errors"]], ids=["xdist", "continue"]
+)
+def test_an_article_that_cannot_be_collected_fails_the_gate(
+    demo: pytest.Pytester, how: list[str]
+) -> None:
+    # serially pytest stops at the error; here the run goes on without that article's
+    # scenarios, and every scenario that ran passes: the gate must still not be green
+    extra = demo.path / "demo" / "extra.yaml"
+    extra.write_text(extra.read_text().replace("input:", "inptu:", 1))
+    result = demo.runpytest("--bench=demo", "--preset=standard", *how)
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*extra.yaml:9: 2 problems:", "gate: FAILED — 1 file(s) could not be collected*"]
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    gate = summary_of(the_run(demo))["gate"]
+    assert isinstance(gate, dict) and gate["passed"] is False
+
+
 @WORKERS
 def test_a_calibration_run(demo: pytest.Pytester, workers: list[str]) -> None:
     data = demo.mkdir("golden_data")
