@@ -917,8 +917,11 @@ def combine_samples(
     ``aggregation="mean"`` (the default): score = mean of the graded samples,
     verdict from the mean by the article's bands. ``"majority_vote"`` (a
     preset's ``samples_aggregation: majority_vote``, AgentEval's MajorityVote):
-    score = the share of graded samples that passed, verdict = the verdict most
-    samples got (ties go to the worse). Either way the scenario's meta carries
+    verdict = the verdict most samples got (ties go to the worse), score = the
+    mean score of the samples that got it. The score stays on the bands' scale,
+    so the article and pillar above band it as any other: the share that passed
+    (0 when every sample warned) would read as a failure there. Either way the
+    scenario's meta carries
     ``samples``, ``graded_samples``, ``score_std`` (sample standard deviation,
     n − 1, of the sample scores), ``score_ci`` (95 %: a t-interval for the mean,
     a Wilson interval for the pass share; see :mod:`pytest_agenteval._stats`),
@@ -960,10 +963,15 @@ def combine_samples(
         )
     meta.update(sample_stats(graded, [r.verdict for r in graded_runs], aggregation))
     if aggregation == "majority_vote":
-        share, voted = majority_vote([replace(r, weight=1.0) for r in graded_runs])
-        score, verdict = share, voted or band_verdict(share, bands)
+        _, voted = majority_vote([replace(r, weight=1.0) for r in graded_runs])
+        held = [s for r, s in zip(graded_runs, graded, strict=True) if r.verdict == voted]
+        score = math.fsum(held) / len(held) if held else math.fsum(graded) / len(graded)
+        verdict = voted or band_verdict(score, bands)
         passed = sum(1 for r in graded_runs if r.verdict == "pass")
-        how = f"majority vote of {len(graded)} samples ({passed} passed)"
+        how = (
+            f"majority vote of {len(graded)} samples ({passed} passed); "
+            f"the mean score of the {len(held)} that {_WORDS_OF.get(verdict, verdict)}"
+        )
     else:
         score = math.fsum(graded) / len(graded)
         verdict = band_verdict(score, bands)
@@ -980,6 +988,9 @@ def combine_samples(
         error=None,
         meta=meta,
     )
+
+
+_WORDS_OF = {"pass": "passed", "warn": "warned", "fail": "failed"}
 
 
 def _with_weight(result: EvalResult, weight: float | None, required: bool) -> EvalResult:

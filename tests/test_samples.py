@@ -106,22 +106,39 @@ def test_combine_samples_by_mean() -> None:
 
 
 def test_combine_samples_by_majority_vote() -> None:
-    """2 of 3 pass: majority PASS with score 2/3, where the mean (0.58) would WARN."""
+    """2 of 3 pass: majority PASS, scored by the passing samples' mean, where the mean of all
+    (0.58) would WARN; the interval is the pass share's."""
     runs = [_sample(0.8, "pass"), _sample(0.75, "pass"), _sample(0.2, "fail")]
     mean = combine_samples(runs, Bands(), "high")
     assert (mean.score, mean.verdict) == pytest.approx((0.583333, "warn"))
     vote = combine_samples(runs, Bands(), "high", "majority_vote")
-    assert (vote.score, vote.verdict) == pytest.approx((0.666667, "pass"))
+    assert (vote.score, vote.verdict) == pytest.approx((0.775, "pass"))
     assert vote.meta["score_ci"] == pytest.approx([0.207660, 0.938508], abs=1e-6)
     # sd of the sample scores: deviations from 0.583333 are 0.216667, 0.166667, -0.383333;
     # squares sum to 0.221667, / 2 = 0.110833, √ = 0.332916
     assert vote.meta["score_std"] == pytest.approx(0.332916, abs=1e-6)
-    assert vote.reasoning == "majority vote of 3 samples (2 passed)"
+    assert vote.reasoning == (
+        "majority vote of 3 samples (2 passed); the mean score of the 2 that passed"
+    )
     # a tie goes to the worse verdict, and a failed vote carries a severity
     tie = combine_samples(
         [_sample(0.9, "pass"), _sample(0.1, "fail")], Bands(), "high", "majority_vote"
     )
-    assert (tie.score, tie.verdict, tie.severity) == (0.5, "fail", "high")
+    assert (tie.score, tie.verdict, tie.severity) == (0.1, "fail", "critical")
+
+
+def test_a_majority_of_warnings_stays_a_warning_up_the_tree() -> None:
+    """Every sample WARN: the scenario is a WARN of their score, and so is its article.
+    Scored by the pass share (0), the article above would band it as a FAIL."""
+    from pytest_agenteval._evals import combine_results
+
+    runs = [_sample(0.65, "warn") for _ in range(3)]
+    vote = combine_samples(runs, Bands(), "medium", "majority_vote")
+    assert (vote.score, vote.verdict) == (0.65, "warn")
+    article = combine_results(
+        "a", "a", [vote], aggregation="weighted_sum", bands=Bands(), kind="article"
+    )
+    assert (article.score, article.verdict) == (0.65, "warn")
 
 
 def test_combine_samples_with_errors_and_a_single_grade() -> None:
@@ -292,9 +309,10 @@ def test_samples_from_the_ini_and_a_majority_vote_preset(varying: pytest.Pyteste
     varying.makeini("[pytest]\naddopts = -p no:benchmark -p no:asyncio\nagenteval_samples = 5\n")
     varying.runpytest("--bench=demo", "--preset=voted")
     greet = _node(_summary(varying)["nodes"][0], "demo-refuse-002")
-    # the ini's 5 samples override the preset's 2; 1 pass of 5 → score 0.2, majority WARN
+    # the ini's 5 samples override the preset's 2; 1 pass (1.0) and 4 warn (0.5) of 5:
+    # majority WARN, scored 0.5 (the warned samples' mean)
     assert greet["samples"] == 5 and greet["samples_aggregation"] == "majority_vote"
-    assert (greet["score"], greet["verdict"]) == (0.2, "warn")
+    assert (greet["score"], greet["verdict"]) == (0.5, "warn")
     assert greet["ci_method"] == "wilson"
     # Wilson for 1 of 5, z = 1.959964: centre (0.2 + z²/10)/(1 + z²/5) = 0.5841459/1.7682918
     # = 0.3303447, half z/(1 + z²/5)·√(0.032 + z²/100) = 0.2941206
