@@ -838,6 +838,24 @@ def test_a_manifest_start_that_cannot_be_read_fails_a_name_of_the_plugins_form(
     )
 
 
+@pytest.mark.parametrize("started_at", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"])
+def test_a_manifest_start_outside_the_calendar_in_utc_fails_naming_the_manifest(
+    tmp_path: Path, started_at: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A start that in UTC falls in year 10000 or year 0 is no start: a named problem, not a
+    crash of verify (and of compare, uncertain and --baseline, which verify first), and
+    --baseline's ordering goes by the directory's name instead."""
+    from pytest_agenteval.evidence._run_dir import run_started
+
+    run_dir = tmp_path / OWN_NAME
+    _write_run(run_dir, _records(1), manifest={**NAMED, "started_at": started_at})
+    problem = "directory name: manifest.json gives no UTC start to hold it to"
+    _assert_failed(verify_run(run_dir), problem)
+    assert main([str(run_dir)]) == 1
+    assert capsys.readouterr().out == f"FAILED {run_dir}: {problem}\n"
+    assert run_started(run_dir).strftime(ev.RUN_NAME_STAMP) == OWN_NAME[:16]
+
+
 def test_manifest_completion_edit_does_not_touch_genesis_but_is_caught(
     run: tuple[Path, str],
 ) -> None:
@@ -933,6 +951,85 @@ def test_duplicate_sha256sums_entry_is_reported(run: tuple[Path, str]) -> None:
     lines = (run_dir / SUMS_NAME).read_bytes().splitlines(keepends=True)
     (run_dir / SUMS_NAME).write_bytes(lines[0] + b"".join(lines))
     _assert_failed(verify_run(run_dir), "SHA256SUMS line 2: duplicate entry for manifest.json")
+
+
+def _list_in_sums(run_dir: Path, rel: str, digest: str = "0" * 64) -> None:
+    """What a forger does to vouch for a file: list it in SHA256SUMS where it sorts."""
+    lines = (run_dir / SUMS_NAME).read_bytes().splitlines(keepends=True)
+    lines.append(f"{digest}  {rel}\n".encode())
+    lines.sort(key=lambda line: line[66:])
+    (run_dir / SUMS_NAME).write_bytes(b"".join(lines))
+
+
+def _symlink(link: Path, target: Path | str) -> None:
+    try:
+        link.symlink_to(target)
+    except OSError:
+        pytest.skip("symlinks not available")
+
+
+def test_a_listed_path_through_a_symlink_loop_is_tampering(
+    run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, head = run
+    _symlink(run_dir / "loop", "loop")
+    _list_in_sums(run_dir, "loop/x")
+    problem = "loop/x: its path goes through a symlink (loop); refused"
+    _assert_failed(verify_run(run_dir, expect_head=head), problem)
+    assert main([str(run_dir), "--expect-head", head]) == 1
+    assert capsys.readouterr().out.startswith(f"FAILED {run_dir}: {problem}")
+
+
+def test_a_listed_path_longer_than_a_file_system_takes_beside_the_run_is_tampering(
+    run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each name fits and so does the path, but not once joined to the run directory's:
+    no run writes it, so it is missing, not an error of verify."""
+    run_dir, head = run
+    rel = "/".join(["a" * 255] * 16)
+    _list_in_sums(run_dir, rel)
+    problem = f"{rel}: listed in SHA256SUMS but missing"
+    _assert_failed(verify_run(run_dir, expect_head=head), problem)
+    assert main([str(run_dir), "--expect-head", head]) == 1
+    assert capsys.readouterr().out.startswith(f"FAILED {run_dir}: {problem}")
+
+
+@pytest.mark.parametrize("opens_at", [True, False], ids=["folder-by-folder", "lstat-first"])
+def test_a_listed_path_through_a_symlinked_folder_is_refused_never_opened(
+    run: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    opens_at: bool,
+) -> None:
+    """O_NOFOLLOW guards only a path's last name: a folder linked outside the run must not
+    lead verify to open (and hash) a file there, even one listed with its true digest; nor
+    where folders cannot be opened one inside the other (Windows)."""
+    run_dir, head = run
+    if not opens_at:
+        monkeypatch.setattr(ev, "_OPENS_AT", False)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("private data outside the run\n")
+    _symlink(run_dir / "extra", outside)
+    _list_in_sums(run_dir, "extra/secret.txt", sha256_hex(secret.read_bytes()))
+    opened: set[tuple[int, int]] = set()
+    real_open = os.open
+
+    def spy(*args: Any, **kwargs: Any) -> int:
+        fd = real_open(*args, **kwargs)
+        info = os.fstat(fd)
+        opened.add((info.st_dev, info.st_ino))
+        return fd
+
+    monkeypatch.setattr(os, "open", spy)
+    problem = "extra/secret.txt: its path goes through a symlink (extra); refused"
+    _assert_failed(verify_run(run_dir, expect_head=head), problem)
+    assert main([str(run_dir), "--expect-head", head]) == 1
+    assert capsys.readouterr().out.startswith(f"FAILED {run_dir}: {problem}")
+    for path in (outside, secret):
+        assert (path.stat().st_dev, path.stat().st_ino) not in opened, path
 
 
 def test_random_corruption_never_crashes_and_never_passes(tmp_path: Path) -> None:

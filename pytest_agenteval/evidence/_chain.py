@@ -83,7 +83,9 @@ Reading evidence
 ----------------
 :func:`verify_run` reads only regular files: a symlink, FIFO or device where
 a file is expected is reported by name, never opened (``lstat`` first, then
-``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on what was opened). Reads are
+``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on what was opened), and so is a symlink
+among the folders on a listed file's path (each folder is opened inside the one
+before, never through a link, so nothing outside the run is read). Reads are
 bounded: the manifest and ``SHA256SUMS`` up to 64 MiB, a results line up to
 1 GiB, and no file beyond the size it had when it was opened.
 
@@ -176,6 +178,9 @@ _MAX_DEPTH = 200  # nesting kept as JSON; deeper subtrees are kept as text
 _MAX_NOTES = 100  # conversions listed per record
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+#: Folders can be opened one inside the other without following a symlink (not on Windows)
+_OPENS_AT = bool(_O_DIRECTORY and _O_NOFOLLOW) and {os.open, os.stat} <= os.supports_dir_fd
 _MAX_PROBLEMS = 50
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SUMS_LINE = re.compile(rb"([0-9a-f]{64})  (.+)", re.DOTALL)
@@ -383,13 +388,18 @@ def utc_now_rfc3339() -> str:
 def parse_rfc3339(text: object) -> datetime | None:
     """*text* read as an RFC 3339 / ISO 8601 time (a ``Z`` suffix too, which Python 3.10's
     ``fromisoformat`` does not take); None when it is no such text. Naive when *text*
-    gives no offset: what that means is the caller's to decide."""
+    gives no offset: what that means is the caller's to decide. None too for a time that
+    is in UTC outside the years 1 to 9999 (``9999-12-31T23:59:59-01:00``): every reader
+    turns a time into UTC, where Python's dates would overflow."""
     if not isinstance(text, str):
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if when.tzinfo is not None:
+            when.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
         return None
+    return when
 
 
 # --------------------------------------------------------------------------
@@ -1106,19 +1116,21 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "special file")
 
 
-def _open_regular(path: Path) -> tuple[int, int]:
+def _open_regular(path: Path | str, dir_fd: int | None = None) -> tuple[int, int]:
     """Open a regular file for reading; return the descriptor and the file's size.
 
     ``lstat`` first, so a FIFO (whose open blocks until a writer comes), a
     device (``/dev/zero`` never ends) or a symlink is never opened at all;
     then ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on what was opened, so a
-    swap between the two calls is refused as well.
+    swap between the two calls is refused as well. Symlinks among *path*'s
+    folders are followed: see :func:`_open_listed`. *path* is relative to
+    the open folder *dir_fd* when one is given.
     """
-    mode = os.lstat(path).st_mode
+    mode = os.lstat(path, dir_fd=dir_fd).st_mode
     if not stat.S_ISREG(mode):
         raise _Unreadable(f"not a regular file ({_kind(mode)}); refused")
     try:
-        fd = os.open(path, os.O_RDONLY | _O_BINARY | _O_NOFOLLOW | _O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | _O_BINARY | _O_NOFOLLOW | _O_NONBLOCK, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _Unreadable("not a regular file (symlink); refused") from None
@@ -1583,8 +1595,56 @@ class _Digests:
     def of(self, rel: str) -> str:
         """Raises FileNotFoundError, _Unreadable or OSError like the read itself."""
         if rel not in self._known:
-            self._known[rel] = _hash_file(self._run_dir / rel)
+            fd, size = _open_listed(self._run_dir, rel)
+            try:
+                digest = hashlib.sha256()
+                for chunk in _chunks(fd, size):
+                    digest.update(chunk)
+            finally:
+                os.close(fd)
+            self._known[rel] = digest.hexdigest()
         return self._known[rel]
+
+
+def _open_listed(run_dir: Path, rel: str) -> tuple[int, int]:
+    """Open the run's file *rel*, a path SHA256SUMS or the seal lists, as
+    :func:`_open_regular` does, following a symlink at no level below *run_dir*.
+
+    ``O_NOFOLLOW`` guards only a path's last name: with ``extra`` a symlink to a folder
+    elsewhere, ``extra/secret.txt`` would open (and hash) a file outside the run. So each
+    folder is looked at with ``lstat``, as a file is, then opened inside the one before,
+    ``O_NOFOLLOW | O_DIRECTORY`` (a symlink swapped in meanwhile: ELOOP). *run_dir*
+    itself may be reached through symlinks: the user named it. Each call names one
+    folder, so a path too long once joined to *run_dir*'s is merely not there.
+    """
+    *folders, name = rel.split("/")
+    if not _OPENS_AT:  # Windows: the folders are looked at, then the path is opened
+        for depth in range(1, len(folders) + 1):
+            _refuse_non_folder(run_dir.joinpath(*folders[:depth]), None, folders[:depth])
+        return _open_regular(run_dir / rel)
+    fd = os.open(run_dir, os.O_RDONLY | _O_DIRECTORY)
+    try:
+        for depth, folder in enumerate(folders, start=1):
+            _refuse_non_folder(folder, fd, folders[:depth])
+            inner = os.open(
+                folder, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_NONBLOCK, dir_fd=fd
+            )
+            fd, outer = inner, fd
+            os.close(outer)
+        return _open_regular(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _refuse_non_folder(path: Path | str, dir_fd: int | None, folders: list[str]) -> None:
+    """A symlink among a listed path's folders is refused unopened; a file there means the
+    listed file is missing (NotADirectoryError)."""
+    mode = os.lstat(path, dir_fd=dir_fd).st_mode
+    if stat.S_ISLNK(mode):
+        shown = _show("/".join(folders))
+        raise _Unreadable(f"its path goes through a symlink ({shown}); refused")
+    if not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), "/".join(folders))
 
 
 def verify_run(run_dir: Path, expect_head: str | None = None) -> VerifyResult:
@@ -1960,7 +2020,15 @@ def _check_digests(
         except _Unreadable as exc:
             found.add(f"{_show(rel)}: {exc}")
         except OSError as exc:
-            found.io(f"{_show(rel)}: cannot read ({exc.strerror or exc})")
+            if exc.errno in _NO_RUN_WRITES:
+                found.add(f"{_show(rel)}: cannot be opened ({exc.strerror}); no run writes it")
+            else:
+                found.io(f"{_show(rel)}: cannot read ({exc.strerror or exc})")
+
+
+#: Why a path no run writes cannot be opened: a symlink (swapped in while verify read the
+#: folders), a name longer than a file system with a smaller limit than :func:`_unsafe_path`'s
+_NO_RUN_WRITES = frozenset({errno.ELOOP, errno.ENAMETOOLONG})
 
 
 def _check_added(
