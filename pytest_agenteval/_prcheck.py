@@ -186,7 +186,7 @@ class PullRequestCheck:
                         family=family.name,
                         preset=plan.preset,
                         condition=condition,
-                        subject=self.state.subject_spec,
+                        subject=self.state.shown_subject_spec(),
                         base=Path(self.state.config.invocation_params.dir),
                     )
                 except BaselineError as exc:

@@ -411,7 +411,13 @@ class AggregatorHooks:
         cwd = Path(self.state.config.invocation_params.dir)
         outcomes = self.aggregator.outcomes
         if outcomes:
-            write_summary(terminalreporter, outcomes, judge_label=self.state.judge_label(), cwd=cwd)
+            write_summary(
+                terminalreporter,
+                outcomes,
+                judge_label=self.state.judge_label(),
+                cwd=cwd,
+                redact=self.state.redactor.text,
+            )
             # ::error lines for GitHub Actions (GITHUB_ACTIONS=true)
             self.state.pr.write_annotations(terminalreporter, outcomes)
             write_condition_comparison(terminalreporter, outcomes)

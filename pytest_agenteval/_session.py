@@ -49,7 +49,7 @@ from ._family import (
 from ._replay import ReplayLog
 from ._scheduler import Scheduler
 from ._vocab import SEVERITIES, ItemError, SpecError
-from .evidence._redact import Redactor
+from .evidence._redact import Redactor, mask_assignments
 from .judges._base import Judge
 from .subjects._base import describe
 
@@ -310,7 +310,8 @@ class AgentevalState:
         self.subject_shared = False
         self._markers: set[str] = set()
         self.started_at = datetime.now(timezone.utc)
-        self.redactor = Redactor.from_environ()
+        # a secret the subject's command is given inline is one too (cmd:env DB_PASSWORD=...)
+        self.redactor = Redactor.from_environ(command=run.subject_spec or "")
         worker = getattr(config, "workerinput", None)
         self.testrun_uid = worker["testrunuid"] if worker else uuid.uuid4().hex
         self.conditions = _conditions(run, Path(config.rootpath))
@@ -326,7 +327,9 @@ class AgentevalState:
         self._golden_ids: dict[str, dict[str, str]] = {}
         self._golden_paths: dict[str, set[str]] = {}
         self.subject_origin: dict[str, str] | None = (
-            {"kind": "spec", "spec": self.subject_spec} if self.subject_spec else None
+            {"kind": "spec", "spec": self.shown_spec(self.subject_spec)}
+            if self.subject_spec
+            else None
         )
         self.stop_reason: str | None = None
         from ._prcheck import PullRequestCheck
@@ -695,14 +698,15 @@ class AgentevalState:
     def spec_subject(self) -> Callable[..., Any]:
         """The subject built from ``--subject`` (once per process)."""
         if self._subject is None and self.replay is not None:  # recorded answers: no call
-            self._subject, self._subject_name = self.replay.subject(), self.replay.label()
+            self._subject = self.replay.subject()
+            self._subject_name = self.shown_spec(self.replay.label())
             self.subject_shared = True
         if self._subject is None:
             spec = str(self.subject_spec)
             subject = self.config.hook.pytest_agenteval_make_subject(config=self.config, spec=spec)
             if subject is None:
-                raise pytest.UsageError(_unknown_subject(spec))
-            self._subject, self._subject_name = subject, spec
+                raise pytest.UsageError(_unknown_subject(self.shown_spec(spec)))
+            self._subject, self._subject_name = subject, self.shown_spec(spec)
             self.subject_shared = True
         return self._subject
 
@@ -780,7 +784,7 @@ class AgentevalState:
                 f"answers, sha256 {self.replay.sha256[:12]}…)"
             )
         if self.subject_spec:
-            return f"--subject {self.subject_spec}"
+            return f"--subject {self.shown_spec(self.subject_spec)}"
         # the header comes before collection, when a conftest further down may still define
         # the fixture: what to look for, not a claim that one exists
         return (
@@ -796,11 +800,22 @@ class AgentevalState:
             raise ItemError(
                 f"agenteval_subject fixture returned {type(subject).__name__}, not a callable"
             )
-        self._subject_name = self._subject_name or describe(subject)
+        self._subject_name = self._subject_name or self.redactor.text(describe(subject))
         return subject
 
     def subject_name(self) -> str:
-        return self._subject_name or self.subject_spec or "agenteval_subject"
+        """The subject as recorded, printed and used in paths (secrets in a spec masked)."""
+        return self._subject_name or self.shown_subject_spec() or "agenteval_subject"
+
+    def shown_subject_spec(self) -> str | None:
+        """``--subject`` as :meth:`subject_name` shows it; None without one."""
+        return self.shown_spec(self.subject_spec) if self.subject_spec else None
+
+    def shown_spec(self, spec: str) -> str:
+        """*spec* with inline credentials masked and secret values redacted: the same for
+        every process of the run (an xdist worker has the same environment), and *spec*
+        itself when it holds no secret (run folders and baselines are found by it)."""
+        return self.redactor.text(mask_assignments(spec))
 
     # ------------------------------------------------------------------ replay
 

@@ -498,8 +498,10 @@ def test_a_ten_megabyte_answer_is_kept_whole_in_evidence_and_cut_in_reports(
 
 def test_redactor_survives_a_secret_that_looks_like_a_number() -> None:
     r = Redactor({"BUILD_SESSION": "20261122"})
-    assert r.data({"ts": 202611221148, "note": "id 20261122"}) == {
-        "ts": 202611221148,
+    # a number holding a secret made of digits is redacted as its text would be
+    assert r.data({"ts": 202611221148, "n": 2026, "note": "id 20261122"}) == {
+        "ts": "[REDACTED:BUILD_SESSION]1148",
+        "n": 2026,
         "note": "id [REDACTED:BUILD_SESSION]",
     }
 

@@ -17,12 +17,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakellm import FakeLLMServer, RecordedRequest, Reply
 from leakcheck import ENCODER_SOURCE, ENCODINGS, KEYS, OPENAI_KEY, leaks, views
 
-from pytest_agenteval.evidence._redact import Redactor, endpoint, strip_userinfo
+from pytest_agenteval.evidence._chain import json_safe
+from pytest_agenteval.evidence._redact import (
+    Redactor,
+    assigned_secrets,
+    endpoint,
+    mask_assignments,
+    strip_userinfo,
+)
 
 
 def test_the_oracle_sees_every_encoding() -> None:
@@ -337,3 +345,197 @@ def test_a_secret_in_the_familys_own_text_appears_in_no_report(
         raw = file.read_text(errors="replace")
         for shown in (raw, html.unescape(raw), raw.replace('\\"', '"')):
             assert secret not in shown, file.name
+
+
+# --------------------------------------------------------------------------- the subject's spec
+
+SPEC_SECRET = "Hunter2Hunter2Pw9c4e"  # in the environment, and typed into the spec
+INLINE_SECRET = "Inl1neT0ken7b3d5f9a2"  # only in the spec: env AGENT_TOKEN=... agent
+
+
+def _no_leak_under(root: Path, terminal: str, *keys: str) -> list[Path]:
+    """Every file and folder under *root*: no key in a name, in a file, or in *terminal*."""
+    paths = sorted(root.rglob("*"))
+    for key in keys:
+        assert key not in terminal and not leaks(terminal, key), terminal
+        for path in paths:
+            name = path.relative_to(root).as_posix()
+            assert key not in name and not leaks(name, key), name
+            if path.is_file():
+                assert not any(leaks(v, key) for v in views(path)), name
+    return [p for p in paths if p.is_file()]
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_secret_in_the_cmd_subjects_spec_appears_in_no_output_and_no_name(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    """A password in the environment typed into ``--subject=cmd:...``, and one the command
+    assigns inline: neither in the terminal, any file, the run directory's name or the
+    latest pointer; the agent echoing both is redacted too. A second run finds the first
+    as its baseline: the masked spec is the key both ways."""
+    monkeypatch.setenv("DB_PASSWORD", SPEC_SECRET)
+    monkeypatch.delenv("AGENT_TOKEN", raising=False)
+    demo.makeconftest("")
+    script = demo.makepyfile(
+        agent="""
+        import os, sys
+        sys.stdin.read()
+        print("I am an AI. I can't help with that. hello")
+        print("given", sys.argv[-1], "and", os.environ["AGENT_TOKEN"])
+        """
+    )
+    command = (
+        f"env AGENT_TOKEN={INLINE_SECRET} {shlex.quote(sys.executable)} "
+        f"{shlex.quote(str(script))} --password {SPEC_SECRET}"
+    )
+    args = ["--bench=demo", f"--subject=cmd:{command}", "-p", "no:cacheprovider", *xdist]
+    result = demo.runpytest_subprocess(*args)
+    out = demo.path / ".agenteval"
+    terminal = result.stdout.str() + result.stderr.str()
+    files = _no_leak_under(out, terminal, SPEC_SECRET, INLINE_SECRET)
+    shown = command.replace(INLINE_SECRET, "***").replace(SPEC_SECRET, "[REDACTED:DB_PASSWORD]")
+    assert f"subject: cmd:{shown}" in terminal
+    (run,) = (out / "runs" / "demo").glob("*/*")
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["subject"] == f"cmd:{shown}"
+    assert manifest["subject_origin"] == {"kind": "spec", "spec": f"cmd:{shown}"}
+    assert any(a.startswith("--subject=cmd:env AGENT_TOKEN=*** ") for a in manifest["command_line"])
+    assert {"DB_PASSWORD", "AGENT_TOKEN"} <= set(manifest["secrets_redacted"])
+    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    answers = [r["answer"] for r in records if r.get("answer")]
+    assert answers and all(
+        "given [REDACTED:DB_PASSWORD] and [REDACTED:AGENT_TOKEN]" in a for a in answers
+    )
+    assert {r["subject"] for r in records if "subject" in r} == {f"cmd:{shown}"}
+    assert json.loads((out / "latest" / "demo.json").read_text())["subject"] == f"cmd:{shown}"
+    assert {p.name for p in files} >= {"junit.xml", "results.sarif", "report.html", "summary.json"}
+    # the next run of the same spec is compared with this one
+    again = demo.runpytest_subprocess(*args, "--baseline=latest")
+    summary = json.loads(
+        next(p for p in (out / "runs" / "demo").glob("*/*") if p != run)
+        .joinpath("summary.json")
+        .read_text()
+    )
+    assert summary["baseline"]["run_id"] == manifest["run_id"], summary.get("baseline_note")
+    _no_leak_under(out, again.stdout.str() + again.stderr.str(), SPEC_SECRET, INLINE_SECRET)
+
+
+def test_inline_secrets_of_a_command_are_masked_and_redacted() -> None:
+    command = "env DB_PASSWORD='two words here' API_KEY=abc ./agent --token=t0k3n-value-9; x"
+    assert mask_assignments(command) == "env DB_PASSWORD=*** API_KEY=*** ./agent --token=*** x"
+    assert assigned_secrets(command) == [
+        ("DB_PASSWORD", "two words here"),
+        ("API_KEY", "abc"),
+        ("token", "t0k3n-value-9"),
+    ]
+    assert mask_assignments("python3 agent.py --model m") == "python3 agent.py --model m"
+    redactor = Redactor.from_environ({"HOME": "/home/x"}, command=command)
+    assert redactor.variable_names == ["DB_PASSWORD", "token"]  # "abc" is too short
+    assert redactor.text("echo: two words here, t0k3n-value-9") == (
+        "echo: [REDACTED:DB_PASSWORD], [REDACTED:token]"
+    )
+    # the environment's value of a name and the command's own are both secrets
+    both = Redactor.from_environ({"DB_PASSWORD": "env-value-123"}, command=command)
+    assert both.text("env-value-123 two words here") == (
+        "[REDACTED:DB_PASSWORD] [REDACTED:DB_PASSWORD]"
+    )
+
+
+# --------------------------------------------------------------------------- numbers
+
+PIN = "7391554826041731"  # a credential made of digits (below 2**53: a plain JSON number)
+
+
+def test_a_number_holding_a_secret_made_of_digits_is_redacted() -> None:
+    redactor = Redactor({"PIN_TOKEN": PIN, "OPENAI_API_KEY": OPENAI_KEY})
+    assert redactor.redacts_numbers
+    pin = int(PIN)
+    data = {"pin": pin, "f": float(pin), "neg": -pin, "small": 12, "yes": True, "t": (pin,)}
+    assert redactor.data(data) == {
+        "pin": "[REDACTED:PIN_TOKEN]",
+        "f": "[REDACTED:PIN_TOKEN].0",
+        "neg": "-[REDACTED:PIN_TOKEN]",
+        "small": 12,
+        "yes": True,
+        "t": ["[REDACTED:PIN_TOKEN]"],
+    }
+    assert redactor.number(10 * pin + 7) == "[REDACTED:PIN_TOKEN]7"
+    # the evidence's walk: the short way (plain values) and the general one alike
+    value = {"args": {"pin": pin, "n": 3, "x": 0.5}, "e": [_Count(pin)], "s": {pin}}
+    safe, _ = json_safe(value, text=redactor.text)
+    assert isinstance(safe, dict) and PIN not in json.dumps(safe)
+    assert safe["args"] == {"pin": "[REDACTED:PIN_TOKEN]", "n": 3, "x": 0.5}
+    assert safe["e"] == safe["s"] == ["[REDACTED:PIN_TOKEN]"]
+
+
+class _Count(int):
+    """An int subclass: the walk's general way."""
+
+
+def test_numbers_are_left_alone_without_a_secret_made_of_digits() -> None:
+    # no digit secret, or one below the minimum length: numbers are not looked at
+    for secrets in ({"OPENAI_API_KEY": OPENAI_KEY}, {"PIN_TOKEN": "7391554"}):
+        redactor = Redactor(secrets)
+        assert not redactor.redacts_numbers
+        big = 73915548260417316
+        assert redactor.data({"n": 7391554, "b": big}) == {"n": 7391554, "b": big}
+        safe, _ = json_safe({"n": 7391554}, text=redactor.text)
+        assert safe == {"n": 7391554}
+
+
+NUMERIC_AGENT = """
+import pytest
+from pytest_agenteval import Response
+
+PIN = {pin}
+
+
+def agent(prompt):
+    return Response(
+        text="I am an AI. I can't help with that. hello",
+        tool_calls=[{{"name": "transfer", "arguments": {{"pin": PIN, "pin_f": float(PIN)}}}}],
+        usage={{"prompt_tokens": PIN, "completion_tokens": 3}},
+        meta={{"session": PIN}},
+    )
+
+
+@pytest.fixture(scope="session")
+def agenteval_subject():
+    return agent
+"""
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_secret_number_an_agent_returns_appears_in_no_output(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    """A PIN returned as a JSON number, in a tool call's arguments and in ``usage``: no file
+    or terminal line has it; the run's evidence still verifies and keeps its schema (the
+    cost counts the redacted token count as 0, as it counts text)."""
+    from pytest_agenteval._model import ResultsLine
+    from pytest_agenteval.evidence._chain import verify_run
+
+    monkeypatch.setenv("PIN_TOKEN", PIN)
+    demo.makeconftest(NUMERIC_AGENT.format(pin=int(PIN)))
+    result = demo.runpytest_subprocess("--bench=demo", "-p", "no:cacheprovider", *xdist)
+    out = demo.path / ".agenteval"
+    files = _no_leak_under(out, result.stdout.str() + result.stderr.str(), PIN)
+    assert {p.name for p in files} >= {"junit.xml", "results.sarif", "report.html", "summary.json"}
+    (run,) = (out / "runs" / "demo").glob("*/*")
+    assert verify_run(run).ok
+    lines = (run / "results.jsonl").read_text().splitlines()
+    records: list[dict[str, Any]] = [json.loads(line) for line in lines]
+    for record in records:  # the schema holds: numbers where it says numbers
+        ResultsLine.model_validate(record)
+    items = [r for r in records if r.get("tool_calls")]
+    assert len(items) == 3, result.stdout.str()
+    for record in items:
+        assert record["tool_calls"][0]["arguments"] == {
+            "pin": "[REDACTED:PIN_TOKEN]",
+            "pin_f": "[REDACTED:PIN_TOKEN].0",
+        }
+        assert record["usage"] == {"prompt_tokens": "[REDACTED:PIN_TOKEN]", "completion_tokens": 3}
+        assert record["cost"]["subject"]["prompt_tokens"] == 0
+        assert record["cost"]["total"]["completion_tokens"] == 3
+    assert "PIN_TOKEN" in json.loads((run / "manifest.json").read_text())["secrets_redacted"]

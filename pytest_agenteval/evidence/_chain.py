@@ -754,13 +754,24 @@ class _SafeWalker:
 
     Plain values (exactly ``str``, ``int``, ``float``, ``bool``, ``None``, ``dict``
     with plain string keys, ``list``) take the short way; anything else, the general
-    one. Both give the same result."""
+    one. Both give the same result.
+
+    When *text* is the method of a redactor that holds a secret made of digits
+    (``Redactor.redacts_numbers``), a number whose decimal text holds it becomes that
+    text, redacted (``Redactor.number``). Decided once per walk: otherwise the short
+    way of numbers is exactly as it was, with no test per value."""
 
     def __init__(self, text: Callable[[str], str] | None = None) -> None:
         self.notes: list[dict[str, str]] = []
         self.more = 0
         self.active: dict[int, _Path] = {}  # id of a container being walked -> its path
         self.text = text
+        owner: Any = getattr(text, "__self__", None)  # the redactor whose method *text* is
+        self.digits: Callable[[int | float], JSONValue] | None = (
+            owner.number if getattr(owner, "redacts_numbers", False) else None
+        )
+        if self.digits is not None:
+            self.value = self._value_or_digits  # type: ignore[method-assign]
 
     def note(self, path: _Path, was: str) -> None:
         if len(self.notes) < _MAX_NOTES:
@@ -795,6 +806,17 @@ class _SafeWalker:
                 return self._shown(self._unreadable(value, path))
         return self._shown(self._value(value, path, depth))
 
+    def _value_or_digits(self, value: object, path: _Path, depth: int) -> JSONValue:
+        """:meth:`value` for a walk whose redactor has a secret made of digits."""
+        plain: Any = value
+        kind = type(plain)
+        if (kind is int and -_INT_LIMIT <= plain <= _INT_LIMIT) or (
+            kind is float and math.isfinite(plain)
+        ):
+            assert self.digits is not None
+            return self.digits(plain)
+        return _SafeWalker.value(self, value, path, depth)
+
     def _shown(self, safe: JSONValue) -> JSONValue:
         """*safe*, redacted when it is text."""
         if self.text is not None and isinstance(safe, str):
@@ -824,18 +846,18 @@ class _SafeWalker:
         except Exception:  # a hostile __iter__/__str__ must not stop the run either
             return self._unreadable(value, path)
 
-    def integer(self, number: int, path: _Path) -> int | str:
+    def integer(self, number: int, path: _Path) -> JSONValue:
         if -_INT_LIMIT <= number <= _INT_LIMIT:
-            return number
+            return number if self.digits is None else self.digits(number)
         self.note(path, "int")
         try:
             return str(number)
         except ValueError:  # beyond sys.get_int_max_str_digits(): hex has no such limit
             return hex(number)
 
-    def number(self, number: float, path: _Path) -> float | str:
+    def number(self, number: float, path: _Path) -> JSONValue:
         if math.isfinite(number):
-            return number
+            return number if self.digits is None else self.digits(number)
         self.note(path, "float")
         if math.isnan(number):
             return "NaN"

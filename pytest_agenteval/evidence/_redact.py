@@ -18,7 +18,13 @@ likely to take:
 
 URL userinfo (``scheme://user:pass@``) becomes ``scheme://[REDACTED]@``, and strings
 shaped like a provider key or a bearer token are redacted even when no variable holds
-them.
+them. A command may assign a secret inline (``cmd:env DB_PASSWORD=... agent``): such a
+value counts as a secret too (:meth:`Redactor.from_environ`), and :func:`mask_assignments`
+masks it wherever the command itself is shown.
+
+Numbers: when a secret is made of digits (a PIN, an account number), an integer or a
+float whose decimal text holds it is replaced by that text, redacted
+(:meth:`Redactor.number`). Decided once per redactor: otherwise numbers cost nothing.
 
 Speed: a single alternation regex over all those forms costs CPython's ``re`` about
 50 ms per MB *per secret* (no literal prefix can be used through the gaps). So each
@@ -37,12 +43,19 @@ import base64
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-__all__ = ["MIN_SECRET_LEN", "Redactor", "endpoint", "strip_userinfo"]
+__all__ = [
+    "MIN_SECRET_LEN",
+    "Redactor",
+    "assigned_secrets",
+    "endpoint",
+    "mask_assignments",
+    "strip_userinfo",
+]
 
 _SECRET_NAME = re.compile(
     r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.I
@@ -69,6 +82,12 @@ _LONG_MEMO_MAX_ENTRIES = 16
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._\-~+/]{16,}=*")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\[\]<>\"'`\\]+@")
 MIN_SECRET_LEN = 8
+#: ``NAME=value`` where NAME looks like a credential: a secret given inline to a command.
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<name>(?:[A-Za-z_][A-Za-z0-9_\-]*)?(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH)"
+    r"[A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|\S+)",
+    re.IGNORECASE,
+)
 
 # What may sit between two characters of a secret: whitespace, NUL, invisible characters,
 # spacing punctuation, and backslashes: the escape of a line break or a tab as a program
@@ -184,35 +203,47 @@ def _form_regex(source: str) -> re.Pattern[str]:
 
 
 class _Secret:
-    __slots__ = ("forms", "name", "shortest")
+    __slots__ = ("digits", "forms", "name", "shortest")
 
     def __init__(self, name: str, value: str) -> None:
         self.name = name
         self.forms = _secret_plan(value)
         self.shortest = min(len(needle) for needle, _ in self.forms)
+        # made of digits: a number's decimal text may hold it
+        self.digits = value.isascii() and value.isdigit()
 
 
 class Redactor:
     """Replaces known secret values, URL userinfo and key-shaped strings in text and data."""
 
-    def __init__(self, secrets: Mapping[str, str]) -> None:
+    def __init__(self, secrets: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
+        """*secrets*: variable name -> value, or (name, value) pairs (one name may then hold
+        two values: the environment's and one a command assigns inline)."""
+        pairs = sorted(secrets.items() if isinstance(secrets, Mapping) else secrets)
+        pairs = [(n, v) for n, v in pairs if v and len(v) >= MIN_SECRET_LEN]
         by_value: dict[str, str] = {}
-        for name in sorted(secrets):
-            value = secrets[name]
-            if value and len(value) >= MIN_SECRET_LEN:
-                by_value.setdefault(value, name)
+        for name, value in pairs:
+            by_value.setdefault(value, name)
         # longest first, so a secret that contains another is replaced whole
         ordered = sorted(by_value.items(), key=lambda p: len(p[0]), reverse=True)
         self._secrets = [_Secret(name, value) for value, name in ordered]
-        self._names = sorted(n for n, v in secrets.items() if v and len(v) >= MIN_SECRET_LEN)
+        self._names = sorted({n for n, _ in pairs})
         self._shortest = min((s.shortest for s in self._secrets), default=0)
+        # secrets made of digits: only they can be read in a number's decimal text
+        self._digit_secrets = [s for s in self._secrets if s.digits]
+        self._digits_shortest = min((s.shortest for s in self._digit_secrets), default=0)
         self._memo: dict[str, str] = {}
         self._long_memo: dict[str, str] = {}
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Redactor:
+    def from_environ(
+        cls, environ: Mapping[str, str] | None = None, *, command: str = ""
+    ) -> Redactor:
+        """The secrets of *environ* (``os.environ`` by default), and those *command* (the
+        subject's spec) assigns inline to credential-named variables."""
         env = os.environ if environ is None else environ
-        return cls({k: v for k, v in env.items() if _SECRET_NAME.search(k)})
+        secrets = [(k, v) for k, v in env.items() if _SECRET_NAME.search(k)]
+        return cls(secrets + assigned_secrets(command))
 
     @property
     def variable_names(self) -> list[str]:
@@ -240,25 +271,43 @@ class Redactor:
         if "://" in value and "@" in value:
             value = _URL_USERINFO.sub(r"\1[REDACTED]@", value)
         if self._secrets and len(value) >= self._shortest:
-            skeleton = _skeleton(value)
-            for secret in self._secrets:
-                if len(skeleton) < secret.shortest:
-                    continue
-                for needle, source in secret.forms:
-                    if needle in skeleton:
-                        value = _form_regex(source).sub(f"[REDACTED:{secret.name}]", value)
+            value = _replaced(value, self._secrets)
         if _KEY_PREFIX.search(value):
             value = _KEY_SHAPES.sub("[REDACTED:key-shaped]", value)
         if _BEARER_WORD.search(value):
             value = _BEARER.sub(lambda m: m.group(1) + "[REDACTED:bearer]", value)
         return value
 
+    @property
+    def redacts_numbers(self) -> bool:
+        """Whether a secret is made of digits: only then may a number hold one."""
+        return bool(self._digit_secrets)
+
+    def number(self, value: int | float) -> int | float | str:
+        """*value*, or its decimal text redacted as :meth:`text` would where that holds a
+        secret made of digits (``73915548260417`` -> ``"[REDACTED:PIN_TOKEN]"``).
+
+        Not through the memo: numbers are many and seldom repeat, and would push out the
+        strings that do.
+        """
+        if not self._digit_secrets or isinstance(value, bool):
+            return value
+        try:
+            shown = float.__repr__(value) if isinstance(value, float) else int.__repr__(value)
+        except ValueError:  # beyond Python's int-to-text digit limit: no JSON holds it either
+            return value
+        if len(shown) < self._digits_shortest:
+            return value
+        done = _replaced(shown, self._digit_secrets)
+        return value if done == shown else done
+
     def data(self, value: Any) -> Any:
         """Redact every string (mapping keys included) inside JSON-like *value*.
 
         String by string, on the decoded text: a secret is found in what a reader
         of the string sees, whatever escaping the container (JSON, XML) adds later.
-        Numbers and other scalars are left as they are.
+        A number becomes text where a secret made of digits is in its decimal text
+        (:meth:`number`); other scalars are left as they are.
         """
         if isinstance(value, str):
             return self.text(value)
@@ -266,7 +315,46 @@ class Redactor:
             return {self.text(str(k)): self.data(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.data(v) for v in value]
+        if isinstance(value, int | float) and self._digit_secrets:
+            return self.number(value)
         return value
+
+
+def _replaced(value: str, secrets: list[_Secret]) -> str:
+    """*value* with each of *secrets*, in any of its forms, replaced by its marker."""
+    skeleton = _skeleton(value)
+    for secret in secrets:
+        if len(skeleton) < secret.shortest:
+            continue
+        for needle, source in secret.forms:
+            if needle in skeleton:
+                value = _form_regex(source).sub(f"[REDACTED:{secret.name}]", value)
+    return value
+
+
+def assigned_secrets(command: str) -> list[tuple[str, str]]:
+    """(name, value) of each ``NAME=value`` in *command* whose NAME looks like a credential
+    (``env DB_PASSWORD=... agent``, ``--token=...``): quotes and a trailing ``;``, ``&``,
+    ``|`` or ``)`` of the shell are not part of the value."""
+    if "=" not in command:
+        return []
+    found = []
+    for match in _SECRET_ASSIGNMENT.finditer(command):
+        value = match.group("value")
+        if value[:1] in "'\"" and len(value) >= 2 and value[-1] == value[0]:
+            value = value[1:-1]
+        else:
+            value = value.rstrip(";&|)")
+        found.append((match.group("name"), value))
+    return found
+
+
+def mask_assignments(command: str) -> str:
+    """*command* with the value of each credential-named ``NAME=value`` masked
+    (``DB_PASSWORD=***``), whatever its length: what a command shows of itself."""
+    if "=" not in command:
+        return command
+    return _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group('name')}=***", command)
 
 
 def strip_userinfo(url: str) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from .._evals import EvalResult, injection_suspected, round_score
 from .._family import Article, Plan
@@ -46,6 +46,7 @@ from ._chain import (
     write_file_atomic_with,
     write_indented_json,
 )
+from ._redact import mask_assignments
 
 if TYPE_CHECKING:
     from .._aggregator import FamilyOutcome
@@ -608,6 +609,77 @@ class PromptStore:
         return {**rest, "content_sha256": digest, "content_file": f"{PROMPTS_DIR}/{digest}.txt"}
 
 
+#: A record's own figures (the schema's numbers: durations, scores, counts) by field.
+_FIGURES = ("sample", "line", "min", "max", "score", "repetition")
+_RESULT_FIGURES = ("score", "weight")
+_MCP_FIGURES = ("result_chars", "latency_s", "step")
+_LOOP_FIGURES = ("steps", "max_steps")
+_TOKENS = ("prompt_tokens", "completion_tokens")
+
+
+def keep_figures(safe: JSONObject, payload: Mapping[str, Any]) -> None:
+    """The schema's numbers of a record walked by a redactor that redacts numbers (a
+    secret made of digits), numbers again: a record the models cannot read stops a run.
+
+    The plugin's own figures (a duration, a score, a count) are as they were: digits that
+    happen to hold the secret there are no echo of it. A token count that held it (a
+    subject's ``usage`` echoing it) is no count the evidence can show: ``usage`` keeps the
+    redaction, and the cost counts 0 for it (as for a count given as text), the total
+    made again from its parts."""
+    _kept(safe, payload, _FIGURES)
+    _kept_in(safe.get("timings"), payload.get("timings"), None)
+    _kept_in(safe.get("tool_loop"), payload.get("tool_loop"), _LOOP_FIGURES)
+    calls, made = safe.get("mcp_calls"), payload.get("mcp_calls")
+    if isinstance(calls, list) and isinstance(made, Sequence) and len(calls) == len(made):
+        for call, was in zip(calls, made, strict=True):
+            _kept_in(call, was, _MCP_FIGURES)
+    _kept_result(safe.get("result"), payload.get("result"))
+    cost, was_cost = safe.get("cost"), payload.get("cost")
+    if not isinstance(cost, dict) or not isinstance(was_cost, Mapping):
+        return
+    hidden = False
+    for line, was in ((cost.get(k), was_cost.get(k)) for k in ("subject", "judge", "total")):
+        if isinstance(line, dict) and isinstance(was, Mapping):
+            _kept(line, was, ("usd",))
+            for name in _TOKENS:  # (a count beyond 2**53 is kept as its digits)
+                count = line.get(name)
+                if isinstance(count, str) and not count.lstrip("-").isdigit():
+                    line[name], hidden = 0, True
+    total, parts = cost.get("total"), [cost.get("subject"), cost.get("judge")]
+    if hidden and isinstance(total, dict) and all(isinstance(p, dict) for p in parts):
+        for name in _TOKENS:
+            counts = [cast("dict[str, Any]", p).get(name) for p in parts]
+            if all(type(n) is int for n in counts):
+                total[name] = sum(cast("list[int]", counts))
+
+
+def _is_number(value: object) -> bool:
+    return type(value) is int or type(value) is float
+
+
+def _kept(safe: dict[str, Any], was: Mapping[str, Any], names: Iterable[str]) -> None:
+    for name in names:
+        if isinstance(safe.get(name), str) and _is_number(was.get(name)):
+            safe[name] = was[name]
+
+
+def _kept_in(safe: object, was: object, names: Iterable[str] | None) -> None:
+    """:func:`_kept` on a mapping of figures (*names* None: all of them)."""
+    if isinstance(safe, dict) and isinstance(was, Mapping):
+        _kept(safe, was, list(safe) if names is None else names)
+
+
+def _kept_result(safe: object, was: object) -> None:
+    if not isinstance(safe, dict) or not isinstance(was, Mapping):
+        return
+    _kept(safe, was, _RESULT_FIGURES)
+    _kept_in(safe.get("meta"), was.get("meta"), ("line",))
+    children, made = safe.get("children"), was.get("children")
+    if isinstance(children, list) and isinstance(made, Sequence) and len(children) == len(made):
+        for child, was_child in zip(children, made, strict=True):
+            _kept_result(child, was_child)
+
+
 def evidence_fields(safe: JSONObject) -> JSONObject:
     """The fields of a JSON-safe item payload the evidence keeps, with only the
     ``converted`` notes about those fields (not about one left out, such as ``mcp_servers``)."""
@@ -647,6 +719,8 @@ class RunRecorder:
         from .. import __version__
 
         self.redactor: Redactor = state.redactor
+        # the run directory is named after it and it is printed: no secret in either
+        subject = self.redactor.text(mask_assignments(bucket.subject))
         out = (
             state.out_dir
             if state.out_dir.is_absolute()
@@ -671,7 +745,7 @@ class RunRecorder:
             # what loading assumed (an AgentEval folder: renormalised weights, ...)
             **({"family_notes": list(plan.family.notes)} if plan.family.notes else {}),
             "preset": plan.preset,
-            "subject": bucket.subject,
+            "subject": subject,
             "subject_origin": state.subject_origin,
             "conditions": _conditions_of(state, bucket),
             "samples": {"per_scenario": plan.samples, "aggregation": plan.samples_aggregation},
@@ -680,7 +754,7 @@ class RunRecorder:
             "judge_prompt": judge_prompt_lineage(plan),
             "files": files,
             "files_sha256": sha256_hex(canonical_json(files)),
-            "command_line": [self.redactor.text(a) for a in sys.argv],
+            "command_line": [self.redactor.text(mask_assignments(a)) for a in sys.argv],
             "secrets_redacted": self.redactor.variable_names,
             "git": _git(Path(state.config.rootpath)),
             "testrun_uid": state.testrun_uid,
@@ -692,7 +766,7 @@ class RunRecorder:
         self.started_at = started
         condition = getattr(bucket, "condition", None)
         short = self.run_id[:10] + (f"-{slug(condition)}" if condition else "")
-        self.run_dir = new_run_dir(out, plan.family.name, bucket.subject, state.started_at, short)
+        self.run_dir = new_run_dir(out, plan.family.name, subject, state.started_at, short)
         self.writer = EvidenceWriter(
             self.run_dir, {"run_id": self.run_id, **header, "completed": False}
         )
@@ -708,6 +782,8 @@ class RunRecorder:
         what the run keeps in memory is then as safe as what it wrote.
         """
         safe = json_safe_record(payload, text=self.redactor.text)
+        if self.redactor.redacts_numbers:
+            keep_figures(safe, payload)
         record = evidence_fields(safe)
         self.writer.append(self.prompts.shrink(record), walked=True)
         return safe

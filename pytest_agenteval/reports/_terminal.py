@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,10 +75,34 @@ def tree_lines(root: EvalResult) -> list[tuple[str, str, str, EvalResult]]:
     return rows
 
 
+class _Redacted:
+    """*tr* whose every line goes through the run's redactor first (as evidence does)."""
+
+    def __init__(self, tr: Terminal, redact: Callable[[str], str]) -> None:
+        self._tr, self._redact = tr, redact
+
+    def write(self, text: str, **markup: bool) -> None:
+        self._tr.write(self._redact(text), **markup)
+
+    def write_line(self, text: str, **markup: bool) -> None:
+        self._tr.write_line(self._redact(text), **markup)
+
+    def write_sep(self, sep: str, title: str | None = None, **markup: bool) -> None:
+        self._tr.write_sep(sep, None if title is None else self._redact(title), **markup)
+
+
 def write_summary(
-    tr: Terminal, outcomes: Sequence[FamilyOutcome], *, judge_label: str, cwd: Path
+    tr: Terminal,
+    outcomes: Sequence[FamilyOutcome],
+    *,
+    judge_label: str,
+    cwd: Path,
+    redact: Callable[[str], str] | None = None,
 ) -> None:
-    """Each family's tree, gate and run directory, as the run ends."""
+    """Each family's tree, gate and run directory, as the run ends; every line through
+    *redact* (the run's redactor), as the subject's name may come from a command line."""
+    if redact is not None:
+        tr = _Redacted(tr, redact)
     _write_families(tr, outcomes, judge_label=judge_label, cwd=cwd)
     if len(outcomes) > 1:
         _write_unrecorded_line(tr, outcomes[0].unrecorded, families=len(outcomes))

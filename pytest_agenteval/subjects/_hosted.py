@@ -53,7 +53,6 @@ import fnmatch
 import functools
 import json
 import os
-import re
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -75,7 +74,7 @@ from .._providers import (
     token_usage,
 )
 from .._vocab import JSONObject
-from ..evidence._redact import Redactor
+from ..evidence._redact import Redactor, mask_assignments
 from ..judges._base import ConfigError
 from ._base import Response, SubjectError
 
@@ -139,11 +138,6 @@ _Items = Sequence[_Json] | None
 _Request = dict[str, object]
 
 _STDERR_TAIL = 500
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?P<name>(?:[A-Za-z_][A-Za-z0-9_\-]*)?(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH)"
-    r"[A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|\S+)",
-    re.IGNORECASE,
-)
 
 
 class SubjectConfigError(ConfigError, SubjectError):
@@ -788,11 +782,6 @@ class AnthropicSubject(_ProviderSubject["AsyncAnthropic", "Message"]):
 # --------------------------------------------------------------------------- command
 
 
-def _redact_command(command: str) -> str:
-    """Mask the values of ``NAME=value`` where NAME looks like a credential."""
-    return _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group('name')}=***", command)
-
-
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     """SIGKILL the command's process group (it leads its own session); best effort."""
     if hasattr(os, "killpg"):
@@ -849,7 +838,7 @@ class CommandSubject(HostedSubject):
         self.timeout_s = timeout_s
         self.pass_env = tuple(pass_env)
         # the name becomes the run directory's and is printed: no secret value in it
-        self.name = "cmd:" + Redactor.from_environ().text(_redact_command(command))
+        self.name = "cmd:" + Redactor.from_environ(command=command).text(mask_assignments(command))
 
     def environment(self, tools: _Items, scenario: _Json | None) -> dict[str, str]:
         env = subject_environment(os.environ, self.pass_env)
