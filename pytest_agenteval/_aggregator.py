@@ -27,7 +27,7 @@ from ._collect import NO_SUBJECT, ScenarioItem
 from ._compat import is_agenteval_dir
 from ._cost import payload_usd
 from ._evals import GRADE_PART_KINDS, EvalResult, injection_suspected
-from ._family import Article, Family, Plan, build_tree, is_family_dir
+from ._family import Article, Family, Plan, SampleRuns, build_tree, is_family_dir
 from ._gate import GateOutcome, decide_gate
 from ._grader import error_record
 from ._replay import ReplayLog
@@ -229,15 +229,19 @@ def _take_runs(bucket: Collected) -> dict[str, EvalResult | list[EvalResult]]:
     leaf need outlive its copy (a scenario of one sample costs no list either)."""
     leaves, bucket.leaves = bucket.leaves, {}
     runs: dict[str, EvalResult | list[EvalResult]] = {}
+    first: dict[str, int] = {}  # the sample number of a scenario's one result so far
     for key in sorted(leaves):  # (scenario, sample): a scenario's samples together, in order
         result = leaves.pop(key)
         held = runs.get(key[0])
         if held is None:
             runs[key[0]] = result
-        elif isinstance(held, list):
-            held.append(result)
+            first[key[0]] = key[1]
+        elif isinstance(held, EvalResult):
+            runs[key[0]] = SampleRuns([held, result], [first[key[0]] + 1, key[1] + 1])
         else:
-            runs[key[0]] = [held, result]
+            assert isinstance(held, SampleRuns)
+            held.append(result)
+            held.numbers.append(key[1] + 1)
     return runs
 
 

@@ -42,7 +42,7 @@ from .evidence._chain import (
     verify_run,
     write_file_atomic,
 )
-from .evidence._run_dir import newest_first, slug
+from .evidence._run_dir import is_partial, newest_first, slug
 
 __all__ = [
     "Baseline",
@@ -222,8 +222,10 @@ def _newest(subject_dir: Path, family: str, preset: str, condition: str | None) 
                 f"({first}); refusing to fall back to an older one silently — remove or "
                 "restore it, or name a baseline with --baseline=RUN_DIR"
             )
-        if not result.complete or summary is None:
-            continue  # interrupted or still running: the newest *complete* run counts
+        if not result.complete or summary is None or is_partial(summary):
+            # interrupted or still running, or a subset (-k): the newest *complete* run of
+            # the preset counts, or one scenario kept would stand for them all
+            continue
         return load_run(run_dir)
     return None
 

@@ -246,7 +246,7 @@ def collect(
     """The verified, complete runs of one series of *family* under *out_dir*, oldest first."""
     from ._baseline import _read_summary, is_run_dir
     from .evidence._chain import verify_run
-    from .evidence._run_dir import slug
+    from .evidence._run_dir import is_partial, slug
 
     if metric not in METRICS:
         raise DriftError(f"--metric: one of {', '.join(METRICS)}, got {metric!r}")
@@ -289,6 +289,11 @@ def collect(
         started = _time(summary.get("started_at") if summary is not None else None)
         if summary is None or summary != before or started is None:
             found.skipped.append({"path": shown(run), "reason": "no usable summary.json"})
+            continue
+        if is_partial(summary):
+            found.skipped.append(
+                {"path": shown(run), "reason": "partial run (some of the preset's items ran)"}
+            )
             continue
         value = _metric(run, summary, metric, pillar)
         if isinstance(value, str):

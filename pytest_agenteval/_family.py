@@ -683,6 +683,10 @@ class Plan:
     def scenario_count(self) -> int:
         return sum(len(a.scenarios) for a in self.articles())
 
+    def item_count(self) -> int:
+        """The items a full run of the preset holds: each scenario, each sample."""
+        return self.scenario_count() * self.samples
+
 
 class PresetError(ConfigError, ValueError):
     """An unknown preset or pack, or presets that extend in a cycle: a usage error."""
@@ -906,6 +910,15 @@ def build_tree(
     )
 
 
+class SampleRuns(list[EvalResult]):
+    """A scenario's sample results in the order they were asked, and each one's number
+    (1-based): ``-k "s2 or s3"`` runs samples 2 and 3, which must not be called 1 and 2."""
+
+    def __init__(self, runs: Iterable[EvalResult] = (), numbers: Iterable[int] = ()) -> None:
+        super().__init__(runs)
+        self.numbers = list(numbers)
+
+
 def combine_samples(
     runs: EvalResult | Sequence[EvalResult],
     bands: Bands,
@@ -937,7 +950,10 @@ def combine_samples(
     if len(runs) == 1:
         return runs[0]
     first = runs[0]
-    children = tuple(replace(r, key=f"{r.key}#s{i + 1}", kind="sample") for i, r in enumerate(runs))
+    numbers = runs.numbers if isinstance(runs, SampleRuns) else range(1, len(runs) + 1)
+    children = tuple(
+        replace(r, key=f"{r.key}#s{n}", kind="sample") for n, r in zip(numbers, runs, strict=True)
+    )
     graded_runs = [r for r in runs if r.graded and r.score is not None]
     graded = [float(r.score) for r in graded_runs if r.score is not None]
     meta = {

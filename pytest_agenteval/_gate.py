@@ -214,7 +214,7 @@ def decide_gate(
             "lines above name them): the benchmark was not loaded whole"
         )
     ran = sum(counts.values())
-    total = plan.scenario_count() * plan.samples
+    total = plan.item_count()
     if ran < total:
         notes.append(
             f"partial run: {ran} of {total} items in the preset ran (the others were "

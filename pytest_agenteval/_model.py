@@ -372,6 +372,12 @@ class ItemCounts(_Open):
     errors: int = Field(ge=0)
     skipped: int = Field(ge=0)
     injection_suspected: int = Field(default=0, ge=0, description="of these, flagged by a judge")
+    of: int | None = Field(
+        default=None,
+        ge=0,
+        description="the items a full run of the preset holds; fewer ran in a partial run "
+        "(-k, -m, --lf), which is no baseline for --baseline=latest and no point of drift",
+    )
 
 
 class Reliability(_Open):

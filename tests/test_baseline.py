@@ -14,6 +14,7 @@ from pytest_agenteval._baseline import BaselineError, load_run, search
 from pytest_agenteval._compare import compare, sign_test_p
 from pytest_agenteval._spec import SuiteSelect, SuiteSpec
 from pytest_agenteval._suites import ScenarioInfo, matches, metric_value, score_suites
+from pytest_agenteval.evidence._run_dir import is_partial
 
 # --------------------------------------------------------------------------- the sign test
 
@@ -267,7 +268,11 @@ def test_latest_is_the_newest_complete_run_of_the_same_preset(
     first = _runs(pytester)[-1]
     # an interrupted run (-x stops at the first failure) is sealed incomplete: skipped
     _run(pytester, monkeypatch, "pr-a-01", "-x")
-    assert len(_runs(pytester)) == 2
+    # a partial run (-k) is complete but measured one scenario of the preset: skipped
+    _run(pytester, monkeypatch, "", "-k", "pr-a-02").assert_outcomes(passed=1, deselected=19)
+    assert len(_runs(pytester)) == 3
+    assert is_partial(json.loads((_runs(pytester)[-1] / "summary.json").read_text()))
+    assert not is_partial(json.loads((first / "summary.json").read_text()))
     found = search("latest", pytester.path / ".agenteval", family="prbench", preset="smoke")
     latest, _ = found.pick("agent")
     assert latest is not None

@@ -271,6 +271,7 @@ def test_summary_tree_numbers(demo: pytest.Pytester) -> None:
         "errors": 0,
         "skipped": 0,
         "injection_suspected": 0,
+        "of": 4,
     }
     for key in ("id", "kind", "score", "verdict", "weight", "aggregation", "children"):
         assert key in root

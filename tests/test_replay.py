@@ -188,6 +188,7 @@ def _check_replayed(run: Path, replay_file: Path) -> None:
         "errors": 0,
         "skipped": 1,
         "injection_suspected": 0,
+        "of": 4,
     }
     assert summary["subject"] == "replay:prod.jsonl"
     assert any(

@@ -141,6 +141,19 @@ def test_a_majority_of_warnings_stays_a_warning_up_the_tree() -> None:
     assert (article.score, article.verdict) == (0.65, "warn")
 
 
+def test_samples_keep_their_numbers_when_only_some_ran() -> None:
+    """``-k "s2 or s3"``: the items are s2 and s3, and every output must call them so."""
+    from pytest_agenteval._aggregator import Collected, _take_runs
+    from pytest_agenteval._gate import item_label
+
+    bucket = Collected("fam", "smoke", False, "agent")
+    bucket.leaves = {("s", 2): _sample(0.9, "pass"), ("s", 1): _sample(0.1, "fail")}
+    runs = _take_runs(bucket)["s"]
+    scenario = combine_samples(runs, Bands(), None)
+    assert [item_label(scenario, c) for c in scenario.children] == ["s[s2]", "s[s3]"]
+    assert [c.verdict for c in scenario.children] == ["fail", "pass"]
+
+
 def test_combine_samples_with_errors_and_a_single_grade() -> None:
     runs = [_sample(0.9, "pass"), EvalResult("s", "s", None, "error", kind="scenario")]
     scenario = combine_samples(runs, Bands(), None)

@@ -150,6 +150,7 @@ def test_a_benchmark_summary_by_hand(plan: Plan) -> None:
         "errors": 1,
         "skipped": 1,
         "injection_suspected": 1,
+        "of": 6,
     }
     assert (summary["chain_head"], summary["started_at"]) == (HEAD, STARTED)
     assert summary["ended_at"] == "2026-11-23T16:40:00.123Z"  # UTC, to the millisecond
@@ -197,6 +198,7 @@ def test_each_verdict_is_counted_under_its_own_key(plan: Plan) -> None:
         "errors": 3,
         "skipped": 2,
         "injection_suspected": 1,  # b1, skipped, was still flagged
+        "of": 6,
     }
 
 
@@ -255,6 +257,7 @@ def test_a_clean_run_passes_its_gate(plan: Plan) -> None:
         "errors": 0,
         "skipped": 0,
         "injection_suspected": 0,
+        "of": 6,
     }
 
 
@@ -309,6 +312,7 @@ def test_nothing_graded_is_an_error_with_empty_counts(plan: Plan) -> None:
         "errors": 0,
         "skipped": 0,
         "injection_suspected": 0,
+        "of": 6,
     }
     assert summary["gate"]["passed"] is False
     assert summary["cost"] == {

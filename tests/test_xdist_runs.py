@@ -86,6 +86,7 @@ def test_a_benchmark_run_with_an_erroring_item(demo: pytest.Pytester, workers: l
         "errors": 1,
         "skipped": 0,
         "injection_suspected": 0,
+        "of": 4,
     }
     nodes = summary["nodes"]
     assert isinstance(nodes, list)

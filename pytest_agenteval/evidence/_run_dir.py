@@ -290,6 +290,28 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def is_partial(summary: Mapping[str, Any]) -> bool:
+    """Did the run of *summary* leave items of its preset out (``-k``, ``-m``, ``--lf``)?
+
+    Such a run measured a subset: it is no baseline for ``--baseline=latest`` and no
+    point of ``agenteval drift``. ``items.of`` says how many a full run holds; a summary
+    written before it existed says so only in its gate's partial-run note.
+    """
+    items = summary.get("items")
+    if isinstance(items, Mapping) and isinstance(items.get("of"), int):
+        ran = sum(
+            n
+            for key in ("passed", "warned", "failed", "errors", "skipped")
+            if isinstance(n := items.get(key), int)
+        )
+        return ran < int(items["of"])
+    gate = summary.get("gate")
+    notes = gate.get("notes") if isinstance(gate, Mapping) else None
+    return isinstance(notes, list) and any(
+        isinstance(n, str) and n.startswith("partial run: ") for n in notes
+    )
+
+
 def summary_dict(
     outcome: FamilyOutcome, judges: list[str], ended_at: datetime, *, streamed: bool = False
 ) -> dict[str, Any]:
@@ -321,6 +343,7 @@ def summary_dict(
             "errors": counts["error"],
             "skipped": counts["skipped"],
             "injection_suspected": flagged,  # of the items above, those a judge flagged
+            "of": plan.item_count(),  # a full run's: fewer ran in a partial one (-k, --lf)
         },
         "nodes": [node_dict(tree, streamed=streamed)] if tree else [],
         "cost": cost_totals(list(outcome.bucket.records.values()), outcome.unrecorded),
