@@ -782,12 +782,12 @@ class Connection(Generic[ClientT]):
             return ProviderFailure("rejected", text, status, attempts, match)
         if isinstance(exc, errors.timeout):
             text = (
-                f"request timed out (SDK timeout {self.transport.timeout_s:g}s) "
+                f"request to {self.host} timed out (SDK timeout {self.transport.timeout_s:g}s) "
                 f"after {attempts} attempts"
             )
             return ProviderFailure("timeout", text, None, attempts)
         if isinstance(exc, errors.connection):
-            text = f"connection failed after {attempts} attempts"
+            text = f"connection to {self.host} failed after {attempts} attempts"
             return ProviderFailure("connection", text, None, attempts)
         return ProviderFailure("client", f"client error ({type(exc).__name__})", None, attempts)
 

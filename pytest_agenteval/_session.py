@@ -135,6 +135,20 @@ def resolve_bench(config: pytest.Config, names: list[str]) -> list[Path]:
     return roots
 
 
+def _unknown_judge(spec: str) -> str:
+    """What a ``--judge`` no plugin made gets told: the kinds, and a provider's form."""
+    provider = spec.strip().split(":", 1)[0].lower()
+    hint = (
+        f"; a provider's judge names its model: --judge={provider}:MODEL"
+        if provider in ("openai", "anthropic")
+        else ""
+    )
+    return (
+        f"--judge {spec!r}: no judge of that kind (known: rules, openai:MODEL, "
+        f"anthropic:MODEL, and what a conftest's pytest_agenteval_make_judge makes){hint}"
+    )
+
+
 def _unknown_subject(spec: str) -> str:
     from .subjects._base import file_path_mistake
 
@@ -356,9 +370,7 @@ class AgentevalState:
             for spec in specs:
                 judge = self.config.hook.pytest_agenteval_make_judge(config=self.config, spec=spec)
                 if judge is None:
-                    raise pytest.UsageError(
-                        f"--judge {spec!r}: no judge of that kind (available here: rules)"
-                    )
+                    raise pytest.UsageError(_unknown_judge(spec))
                 judges.append(judge)
             self._judges = judges
         return self._judges

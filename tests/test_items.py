@@ -916,6 +916,11 @@ def test_a_path_that_cannot_be_resolved_is_pytests_usage_error_not_a_crash(
             {"broken": "def reply(prompt)\n    return prompt\n"},
             "subject 'broken:reply': syntax error in broken.py:1: expected ':'",
         ),
+        (
+            "mine:reply",
+            {"mine": "def reply():\n    return 'hi'\n"},
+            "subject 'mine:reply' cannot be called with a prompt (too many positional *",
+        ),
     ],
 )
 def test_a_subject_that_cannot_be_loaded_is_one_usage_error_before_any_call(

@@ -803,7 +803,7 @@ def test_row7_dropped_connections_count_and_success_resets(fake_llm: FakeLLMServ
         return out
 
     results = run(judge, calls)
-    failed = "judge connection failed after 1 attempts"
+    failed = f"judge connection to 127.0.0.1:{fake_llm.port} failed after 1 attempts"
     circuit = "judge unavailable: circuit open after 3 consecutive provider failures (server errors 5xx, timeouts or refused connections)"
     assert results == [failed, failed, "ok", failed, failed, failed, circuit]
     assert fake_llm.count() == 6

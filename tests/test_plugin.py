@@ -201,6 +201,21 @@ def test_missing_subject_is_an_error_that_says_what_to_do(pytester: pytest.Pytes
     assert pytester.runpytest("--bench=demo", "--collect-only").ret == pytest.ExitCode.OK
 
 
+@pytest.mark.parametrize(
+    ("spec", "hint"),
+    [("openai", "; a provider's judge names its model: --judge=openai:MODEL"), ("gpt-4o", "")],
+)
+def test_an_unknown_judge_names_the_kinds_and_a_providers_form(
+    demo: pytest.Pytester, spec: str, hint: str
+) -> None:
+    result = demo.runpytest("--bench=demo", f"--judge={spec}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        f"ERROR: --judge {spec!r}: no judge of that kind (known: rules, openai:MODEL, "
+        f"anthropic:MODEL, and what a conftest's pytest_agenteval_make_judge makes){hint}\n"
+    ) in result.stderr.str()
+
+
 def test_subject_option_takes_module_callable(demo: pytest.Pytester) -> None:
     demo.makepyfile(
         myagent="async def answer(prompt):\n    return 'I am an AI. I can\\'t help with that. hello'\n"

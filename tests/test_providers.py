@@ -238,9 +238,9 @@ LADDER = [
     (Reply.rate_limited(0.01), "rate_limited", False, False, "rate limited after 1 attempts"),
     (Reply.error(500, "boom {key}"), "server", False, True, "server error 500 after 1 attempts"),
     (Reply.error(503, "overloaded"), "server", False, True, "server error 503 after 1 attempts"),
-    (Reply.drop(), "connection", False, True, "connection failed after 1 attempts"),
+    (Reply.drop(), "connection", False, True, "connection to {host} failed after 1 attempts"),
     (Reply.hang(3.0), "timeout", False, True,
-     "request timed out (SDK timeout 0.3s) after 1 attempts"),
+     "request to {host} timed out (SDK timeout 0.3s) after 1 attempts"),
 ]  # fmt: skip
 
 

@@ -88,3 +88,12 @@ def test_the_readme_family_runs_as_written(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2)
     result = pytester.runpytest("--bench=my-bench", "--preset=standard+healthcare", "-v")
     result.stdout.fnmatch_lines(["*rules-health-001 PASSED*", "*gate: PASSED*"])
+
+
+def test_every_link_to_a_section_finds_it() -> None:
+    """A ``(#anchor)`` link names a heading of the README, as GitHub makes its anchors."""
+    text = README.read_text()
+    headings = re.findall(r"^#+ (.+)$", text, re.M)
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    links = set(re.findall(r"\]\(#([^)]+)\)", text))
+    assert links and links <= anchors, sorted(links - anchors)

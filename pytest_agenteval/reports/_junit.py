@@ -314,7 +314,11 @@ def _status_line(record: ReportRecord) -> str:
     score = score_text(result.score)
     missed = [c for c in criteria_lines(result) if c[0] == "MISSED"]
     inj_note = "; INJECTION SUSPECTED" if injection_of(record)[0] else ""
-    missed_note = (f"; {len(missed)} criteria missed" if missed else "") + inj_note
+    missed_note = (
+        f"; {len(missed)} {'criterion' if len(missed) == 1 else 'criteria'} missed"
+        if missed
+        else ""
+    ) + inj_note
     if verdict == "warn":
         return f"WARN: {scenario} passed with verdict warn (score {score}{missed_note})"
     if verdict == "pass":

@@ -377,6 +377,15 @@ def load_callable(spec: str, *search_paths: Path) -> Callable[..., object]:
             raise ValueError(f"subject {spec!r}: {module_name} has no attribute {attr!r}") from None
     if not callable(obj):
         raise ValueError(f"subject {spec!r} is not callable")
+    try:
+        inspect.signature(obj).bind_partial("prompt")
+    except TypeError as exc:  # one usage error, not the same error from every item
+        raise ValueError(
+            f"subject {spec!r} cannot be called with a prompt ({exc}): a subject is called "
+            "as subject(prompt), and gets system, messages or tools as keywords it declares"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): its first call says
+        pass
     return obj
 
 
