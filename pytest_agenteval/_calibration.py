@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from ._metrics import ConfusionDoc, ReliabilityBinDoc, Summary, fleiss_kappa, summarize
-from ._vocab import GRADED_VERDICTS, Bands
+from ._vocab import GRADED_VERDICTS, Bands, format_score
 
 if TYPE_CHECKING:
     from ._golden import SkippedCounts
@@ -339,27 +339,29 @@ def _gate(
         elif gate_on == "lower":
             low = _rounded(_lower_bound(kappa_ci))
             if low is None:
-                reasons.append(f"kappa {kappa:.3f}: no confidence interval to gate on")
+                reasons.append(f"kappa {format_score(kappa, 3)}: no confidence interval to gate on")
             elif low < th.kappa:
                 reasons.append(
-                    f"kappa lower bound {low:.2f} < {th.kappa:.2f} (κ {kappa:.3f}{_ci_text(kappa_ci)})"
+                    f"kappa lower bound {low:.2f} < {th.kappa:.2f} (κ {format_score(kappa, 3)}{_ci_text(kappa_ci)})"
                 )
         elif kappa < th.kappa:
-            reasons.append(f"kappa {kappa:.3f}{_ci_text(kappa_ci)} < {th.kappa:.2f}")
+            reasons.append(f"kappa {format_score(kappa, 3)}{_ci_text(kappa_ci)} < {th.kappa:.2f}")
         if acc is not None:
             if gate_on == "lower":
                 low = _rounded(_lower_bound(acc_ci))
                 if low is not None and low < th.accuracy:
                     reasons.append(
                         f"accuracy lower bound {low:.2f} < {th.accuracy:.2f} "
-                        f"(accuracy {acc:.3f}{_ci_text(acc_ci)})"
+                        f"(accuracy {format_score(acc, 3)}{_ci_text(acc_ci)})"
                     )
             elif acc < th.accuracy:
-                reasons.append(f"accuracy {acc:.3f}{_ci_text(acc_ci)} < {th.accuracy:.2f}")
+                reasons.append(
+                    f"accuracy {format_score(acc, 3)}{_ci_text(acc_ci)} < {th.accuracy:.2f}"
+                )
         ceiling = metrics.get("inter_rater_fleiss_kappa")
         if kappa is not None and ceiling is not None and kappa > ceiling:
             notes.append(
-                f"judge κ {kappa:.3f} exceeds the raters' agreement (Fleiss κ {ceiling:.3f}, "
+                f"judge κ {format_score(kappa, 3)} exceeds the raters' agreement (Fleiss κ {format_score(ceiling, 3)}, "
                 f"{metrics.get('inter_rater_n', 0)} entries with several raters): check for "
                 "labels leaking into the judge prompt, or a prompt tuned on these entries"
             )

@@ -549,7 +549,7 @@ def test_a_create_call_answered_too_late_is_not_sent_again(
     state = batch_json(run_dir)
     (entry,) = state["batches"]
     assert entry["batch_id"] is None and entry["status"] == "create_unconfirmed"
-    assert entry["create_error"].startswith("request timed out")
+    assert re.match(r"request to 127\.0\.0\.1:\d+ timed out", entry["create_error"])
     then = (
         "*running the same command again looks for it at 127.0.0.1:* (the batch made from "
         f"input file {entry['input_file_id']}, with metadata agenteval_run=*) and collects it*"
@@ -558,7 +558,7 @@ def test_a_create_call_answered_too_late_is_not_sent_again(
     )
     result.stdout.fnmatch_lines(
         [
-            f"*creating the batch of {judge} failed after it was sent (request timed out*: the "
+            f"*creating the batch of {judge} failed after it was sent (request to 127.0.0.1:* timed out*: the "
             f"provider may have created it anyway*not submitted again{then}"
         ]
     )

@@ -933,3 +933,17 @@ def test_calibration_reports_escape_hostile_text_and_fit_a_pr_comment() -> None:
     assert "@maintainers" not in md  # no mention pings anyone
     assert "\x1b" not in html and "\x00" not in html and "\\x00" in html
     assert html.count('class="card"') == 400
+
+
+def test_the_terminal_cuts_metrics_as_the_reports_do() -> None:
+    """The terminal's table and gate reasons show κ, accuracy, Brier and ECE cut, as the
+    HTML and Markdown reports do: one run never shows 0.894 in one place and 0.893 in
+    another."""
+    from pytest_agenteval._calibration import _gate
+    from pytest_agenteval.reports._terminal import _fmt, _with_ci
+
+    assert _with_ci(0.8938, [0.7, 0.99], 3) == "0.893 [0.70, 0.99]"
+    assert _fmt(0.0209, 3) == "0.020"
+    metrics: Any = {"n": 20, "entries": 20, "kappa": 0.8938, "accuracy": 0.8968}
+    reasons = _gate(metrics, Thresholds(kappa=0.95, accuracy=0.9))["reasons"]
+    assert reasons == ["kappa 0.893 < 0.95", "accuracy 0.896 < 0.90"]

@@ -376,7 +376,7 @@ def test_rate_limit_after_retries_and_timeout(fake_llm: FakeLLMServer) -> None:
     fake_llm.enqueue(Reply.hang(2.0))
     with pytest.raises(
         SubjectError,
-        match=r"^subject anthropic:model-x: request timed out \(SDK timeout 0\.2s\) "
+        match=r"^subject anthropic:model-x: request to 127\.0\.0\.1:\d+ timed out \(SDK timeout 0\.2s\) "
         r"after 1 attempts$",
     ):
         run(ask(subject_for(fake_llm, "anthropic", timeout_s=0.2)))
@@ -385,7 +385,7 @@ def test_rate_limit_after_retries_and_timeout(fake_llm: FakeLLMServer) -> None:
 def test_connection_failed() -> None:
     subject = make_subject("openai:m", base_url="http://127.0.0.1:9/v1", max_retries=0)
     assert subject is not None
-    with pytest.raises(SubjectError, match="connection failed"):
+    with pytest.raises(SubjectError, match=r"connection to 127\.0\.0\.1:9 failed"):
         run(ask(subject))
 
 
@@ -494,6 +494,11 @@ def test_cmd_nonzero_exit_reports_stderr_tail() -> None:
     assert message.startswith("command exited with status 3: ")
     assert message.endswith("boom")
     assert len(message) == len("command exited with status 3: ") + 500
+
+
+def test_cmd_nonzero_exit_without_stderr_says_so() -> None:
+    with pytest.raises(SubjectError, match=r"^command exited with status 1 \(nothing on stderr\)$"):
+        run(ask(cmd("import sys; sys.exit(1)")))
 
 
 def test_cmd_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -346,14 +346,15 @@ SIGN_TEST_MIN_PAIRS = 6
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
-    return "  -  " if value is None else f"{value:.{digits}f}"
+    """Cut, not rounded, as the HTML and Markdown reports show it (``format_score``)."""
+    return "  -  " if value is None else format_score(value, digits)
 
 
 def _with_ci(value: float | None, ci: Sequence[float | None] | None, digits: int) -> str:
     """``0.753 [0.47, 1.00]``: a point estimate and its 95 % interval, when there is one."""
     if value is None:
         return "n/a"
-    text = f"{value:.{digits}f}"
+    text = format_score(value, digits)
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
         text += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
     return text

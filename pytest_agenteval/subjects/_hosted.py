@@ -887,7 +887,8 @@ class CommandSubject(HostedSubject):
         code = proc.returncode
         if code != 0:
             tail = err.decode("utf-8", errors="replace").strip()[-_STDERR_TAIL:]
-            raise SubjectError(f"command exited with status {code}: {tail}")
+            said = f": {tail}" if tail else " (nothing on stderr)"
+            raise SubjectError(f"command exited with status {code}{said}")
         text = out.decode("utf-8", errors="replace")
         if text.endswith("\r\n"):
             text = text[:-2]
