@@ -32,6 +32,7 @@ from ._evals import (
 )
 from ._spec import (
     WEIGHT_TOLERANCE,
+    WRITTEN_AS,
     ArticleFile,
     ArticleMeta,
     BenchmarkSpec,
@@ -51,6 +52,7 @@ from ._yaml import (
     format_loc,
     line_of,
     load_yaml,
+    locate,
     parse_yaml,
     read_limited,
 )
@@ -80,9 +82,9 @@ def validate(model: type[M], data: Any, path: Path) -> M:
         first_line = None
         for err in exc.errors():
             loc = tuple(err["loc"])
-            line = line_of(data, loc)
+            line, written = locate(data, loc, WRITTEN_AS)
             first_line = first_line or line
-            where = format_loc(loc) or "(top level)"
+            where = format_loc(written) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a dataclass
                 msg = f"unknown key {describe_key(loc[-1])}"

@@ -142,7 +142,7 @@ class Scenario:
     @model_validator(mode="before")
     @classmethod
     def _aliases(cls, data: Any) -> Any:
-        return _rename(data, {"prompt": "input", "criteria": "evaluation_criteria"})
+        return _rename(data, _SCENARIO_ALIASES)
 
 
 class ArticleMeta(_Strict):
@@ -309,6 +309,12 @@ class BenchmarkSpec(_Strict):
     pillars: list[PillarSpec] = Field(min_length=1)
     presets: dict[StrictStr, PresetSpec] = Field(default_factory=dict)
     suites: list[SuiteSpec] = Field(default_factory=list)
+
+
+#: The short form's spellings of a scenario's keys (DESIGN.md): the file's -> the model's.
+_SCENARIO_ALIASES = {"prompt": "input", "criteria": "evaluation_criteria"}
+#: For errors: a model key -> how a file in the short form spells it.
+WRITTEN_AS = {model: short for short, model in _SCENARIO_ALIASES.items()}
 
 
 def _rename(data: Any, aliases: dict[str, str]) -> Any:

@@ -701,9 +701,23 @@ def load_yaml(path: Path, *, within: Iterable[Path] | None = None) -> Any:
 
 def line_of(data: Any, loc: tuple[int | str, ...]) -> int | None:
     """Best line for a pydantic error location *loc* inside loaded *data*."""
+    return locate(data, loc)[0]
+
+
+def locate(
+    data: Any, loc: tuple[int | str, ...], aliases: Mapping[str, str] | None = None
+) -> tuple[int | None, tuple[int | str, ...]]:
+    """Best line for a pydantic error location *loc* inside loaded *data*, and *loc* as
+    the file spells it: a key the model knows by another name (*aliases*: model key ->
+    the file's spelling, such as ``evaluation_criteria`` -> ``criteria``) is found, and
+    named, as the file has it."""
     best: int | None = getattr(data, "line", None) or None
     node = data
-    for part in loc:
+    shown = list(loc)
+    for i, part in enumerate(loc):
+        written = aliases.get(str(part)) if aliases else None
+        if isinstance(node, LineDict) and part not in node and written in node:
+            part = shown[i] = str(written)
         if isinstance(node, LineDict) and part in node:
             best = node.key_lines.get(part, best)
             node = node[part]
@@ -715,4 +729,4 @@ def line_of(data: Any, loc: tuple[int | str, ...]) -> int | None:
         inner = getattr(node, "line", None)
         if inner and isinstance(node, LineDict | LineList) and best is None:
             best = inner
-    return best
+    return best, tuple(shown)

@@ -392,3 +392,21 @@ def test_errors_name_the_line_but_never_repeat_the_text(tmp_path: Path, case: st
     err = error(tmp_path, text)
     assert err.line == line, str(err)
     assert SECRET not in str(err) and "hunter2" not in str(err), str(err)
+
+
+def test_an_error_in_the_short_form_names_its_keys_and_line(tmp_path: Path) -> None:
+    """``prompt`` and ``criteria`` (DESIGN.md's short form) are the model's ``input`` and
+    ``evaluation_criteria``: an error inside them names the file's keys and the line."""
+    path = tmp_path / "short.yaml"
+    path.write_text(
+        "article: A\npillar: p\ncontrol_id: s.a\ntitle: T\nscenarios:\n"
+        "  - id: s-1\n"
+        "    prompt: Are you a human?\n"
+        "    criteria:\n"
+        "      - text: Says it is an AI\n"
+        "        check: {anyof: [AI]}\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load_article(path, Bands())
+    assert info.value.line == 10
+    assert "scenarios.0.criteria.0.check: unknown check 'anyof'" in str(info.value)
