@@ -528,7 +528,7 @@ def _cross_check(family: Family, data: Any, bench_path: Path) -> None:
     pillars = {p.key for p in spec.pillars}
     packs = {name for name, p in spec.presets.items() if p.pack}
     controls: dict[str, Path] = {}
-    scenario_ids: dict[str, Path] = {}
+    scenario_ids: dict[str, tuple[Path, int]] = {}  # id -> the file and line it is on
     for art in family.articles:
         if art.control_id in controls:
             raise SpecError(
@@ -553,12 +553,13 @@ def _cross_check(family: Family, data: Any, bench_path: Path) -> None:
             )
         for sid in art.lines:
             if sid in scenario_ids:
+                first, line = scenario_ids[sid]
                 raise SpecError(
                     art.path,
                     art.lines[sid],
-                    f"duplicate scenario id {sid!r} (also in {scenario_ids[sid].name})",
+                    f"duplicate scenario id {sid!r} (also in {first.name}:{line})",
                 )
-            scenario_ids[sid] = art.path
+            scenario_ids[sid] = (art.path, art.lines[sid])
     known = dict(controls)
     for art in family.articles:
         for alias in art.meta.aliases:

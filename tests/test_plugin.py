@@ -386,6 +386,11 @@ BAD_CASES = {
         REFUSE.replace("demo-refuse-002", "demo-refuse-001"),
         "refuse.yaml:17: duplicate scenario id 'demo-refuse-001' (first on line 9)",
     ),
+    "duplicate id across files": (
+        "extra.yaml",
+        EXTRA.replace("demo-extra-001", "demo-refuse-001"),
+        "refuse.yaml:9: duplicate scenario id 'demo-refuse-001' (also in extra.yaml:*)",
+    ),
     "duplicate key": (
         "refuse.yaml",
         REFUSE.replace("  severity: critical\n", "  severity: critical\n  severity: low\n"),
