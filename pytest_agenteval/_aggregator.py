@@ -14,7 +14,9 @@ aggregates: an xdist worker has none.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -229,19 +231,13 @@ def _take_runs(bucket: Collected) -> dict[str, EvalResult | list[EvalResult]]:
     leaf need outlive its copy (a scenario of one sample costs no list either)."""
     leaves, bucket.leaves = bucket.leaves, {}
     runs: dict[str, EvalResult | list[EvalResult]] = {}
-    first: dict[str, int] = {}  # the sample number of a scenario's one result so far
-    for key in sorted(leaves):  # (scenario, sample): a scenario's samples together, in order
-        result = leaves.pop(key)
-        held = runs.get(key[0])
-        if held is None:
-            runs[key[0]] = result
-            first[key[0]] = key[1]
-        elif isinstance(held, EvalResult):
-            runs[key[0]] = SampleRuns([held, result], [first[key[0]] + 1, key[1] + 1])
+    # (scenario, sample) sorted: a scenario's samples together, in order
+    for scenario, group in itertools.groupby(sorted(leaves), key=operator.itemgetter(0)):
+        keys = list(group)
+        if len(keys) == 1:
+            runs[scenario] = leaves.pop(keys[0])
         else:
-            assert isinstance(held, SampleRuns)
-            held.append(result)
-            held.numbers.append(key[1] + 1)
+            runs[scenario] = SampleRuns([leaves.pop(k) for k in keys], [k[1] + 1 for k in keys])
     return runs
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from ._metrics import ConfusionDoc, ReliabilityBinDoc, Summary, fleiss_kappa, summarize
-from ._vocab import GRADED_VERDICTS, Bands, format_score
+from ._vocab import GRADED_VERDICTS, Bands, format_score, round_score
 
 if TYPE_CHECKING:
     from ._golden import SkippedCounts
@@ -522,7 +522,8 @@ def calibration_report(
 
 
 def _rounded(value: object) -> float | None:
-    return round(value, 6) if isinstance(value, int | float) else None
+    """*value* rounded as scores are (:func:`round_score`); None when it is no number."""
+    return round_score(value) if isinstance(value, int | float) else None
 
 
 def _row_key(r: Row) -> tuple[str, int, str, int]:

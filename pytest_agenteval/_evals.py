@@ -569,7 +569,8 @@ def combine_gradings(
     )
 
 
-_WORDS = {"fail": "failed", "warn": "warned"}
+#: A verdict as a past-tense verb ("2 samples passed", "required component failed").
+VERDICT_PAST = {"pass": "passed", "warn": "warned", "fail": "failed"}
 
 
 def _bounded(
@@ -582,7 +583,7 @@ def _bounded(
     if VERDICT_RANK[worst] <= VERDICT_RANK[verdict]:
         return verdict
     keys = [c.key for c in bounds if c.verdict == worst]
-    reasons.append(f"{label} {_WORDS[worst]}: {', '.join(keys)}")
+    reasons.append(f"{label} {VERDICT_PAST[worst]}: {', '.join(keys)}")
     return worst
 
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ._evals import (
+    VERDICT_PAST,
     Bands,
     EvalResult,
     band_verdict,
@@ -989,7 +990,7 @@ def combine_samples(
         passed = sum(1 for r in graded_runs if r.verdict == "pass")
         how = (
             f"majority vote of {len(graded)} samples ({passed} passed); "
-            f"the mean score of the {len(held)} that {_WORDS_OF.get(verdict, verdict)}"
+            f"the mean score of the {len(held)} that {VERDICT_PAST.get(verdict, verdict)}"
         )
     else:
         score = math.fsum(graded) / len(graded)
@@ -1007,9 +1008,6 @@ def combine_samples(
         error=None,
         meta=meta,
     )
-
-
-_WORDS_OF = {"pass": "passed", "warn": "warned", "fail": "failed"}
 
 
 def _with_weight(result: EvalResult, weight: float | None, required: bool) -> EvalResult:

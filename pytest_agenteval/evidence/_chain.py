@@ -807,14 +807,14 @@ class _SafeWalker:
         return self._shown(self._value(value, path, depth))
 
     def _value_or_digits(self, value: object, path: _Path, depth: int) -> JSONValue:
-        """:meth:`value` for a walk whose redactor has a secret made of digits."""
+        """:meth:`value` for a walk whose redactor has a secret made of digits: a number
+        goes through :meth:`integer` or :meth:`number`, which redact its digits."""
         plain: Any = value
         kind = type(plain)
-        if (kind is int and -_INT_LIMIT <= plain <= _INT_LIMIT) or (
-            kind is float and math.isfinite(plain)
-        ):
-            assert self.digits is not None
-            return self.digits(plain)
+        if kind is int:
+            return self._shown(self.integer(plain, path))
+        if kind is float:
+            return self._shown(self.number(plain, path))
         return _SafeWalker.value(self, value, path, depth)
 
     def _shown(self, safe: JSONValue) -> JSONValue:
